@@ -1,0 +1,3 @@
+from netkit.cli import main
+
+raise SystemExit(main())

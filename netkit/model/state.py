@@ -1,0 +1,241 @@
+"""NodeState: what one node must program, derived purely from the objects it sees.
+
+`build(objects, node)` merges EndpointSlices per Service (by label `kubernetes.io/service-name`),
+keeps `addresses[0]` of each endpoint, deduplicates by IP:port (the non-terminating copy wins),
+resolves each service port to the slice port of the same name and protocol (this is how a named
+targetPort reaches its number), and categorises the endpoints exactly as kube-proxy does
+(`categorize` below). One ServicePortState exists per (service port, IP family); the rule compilers
+take the full state and never see deltas. Equal states mean there is nothing to do.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from netkit.model.types import (
+    AddressType,
+    Endpoint,
+    EndpointSlice,
+    IPAddress,
+    IPFamily,
+    IPNetwork,
+    Node,
+    ObjectRef,
+    Objects,
+    Protocol,
+    Service,
+    ServicePort,
+    ServiceType,
+    TrafficPolicy,
+)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ServicePortName:
+    """kube-proxy's name of a service port: `ns/svc:port`, or `ns/svc` when the port is unnamed."""
+
+    ref: ObjectRef
+    port: str
+
+    def __str__(self) -> str:
+        return f"{self.ref}:{self.port}" if self.port else str(self.ref)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class EndpointAddr:
+    """One endpoint of one service port, as the dataplane sees it."""
+
+    ip: IPAddress
+    port: int
+    ready: bool = True
+    serving: bool = True
+    terminating: bool = False
+    local: bool = False
+    node_name: str | None = None
+    zone: str | None = None
+    hint_zones: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"[{self.ip}]:{self.port}" if self.ip.version == 6 else f"{self.ip}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str = ""
+    zone: str | None = None
+    ips: tuple[IPAddress, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePortState:
+    name: ServicePortName
+    family: IPFamily
+    protocol: Protocol
+    cluster_ip: IPAddress
+    port: int
+    node_port: int | None = None
+    external_ips: tuple[IPAddress, ...] = ()
+    load_balancer_ips: tuple[IPAddress, ...] = ()
+    source_ranges: tuple[IPNetwork, ...] = ()
+    affinity_timeout: int | None = None
+    external_policy_local: bool = False
+    internal_policy_local: bool = False
+    health_check_node_port: int | None = None
+    endpoints: tuple[EndpointAddr, ...] = ()  # every endpoint known (deduplicated, sorted)
+    cluster_endpoints: tuple[EndpointAddr, ...] = ()
+    local_endpoints: tuple[EndpointAddr, ...] = ()
+    has_endpoints: bool = False  # any usable endpoint anywhere (decides REJECT vs DROP)
+
+    @property
+    def externally_accessible(self) -> bool:
+        return bool(self.node_port or self.external_ips or self.load_balancer_ips)
+
+    @property
+    def uses_cluster_endpoints(self) -> bool:
+        return not self.internal_policy_local or (self.externally_accessible and not self.external_policy_local)
+
+    @property
+    def uses_local_endpoints(self) -> bool:
+        return self.internal_policy_local or (self.externally_accessible and self.external_policy_local)
+
+    @property
+    def reachable_endpoints(self) -> tuple[EndpointAddr, ...]:
+        """Union of cluster and local endpoints: those that get a KUBE-SEP chain."""
+        return tuple(sorted(set(self.cluster_endpoints) | set(self.local_endpoints)))
+
+    @property
+    def key(self) -> tuple[ServicePortName, Protocol]:
+        return (self.name, self.protocol)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    node: NodeInfo
+    ports: tuple[ServicePortState, ...] = ()
+
+    def family(self, family: IPFamily) -> tuple[ServicePortState, ...]:
+        return tuple(p for p in self.ports if p.family is family)
+
+
+def build(objects: Objects, node_name: str = "", extra_node_ips: Sequence[IPAddress] = ()) -> NodeState:
+    node = _node_info(objects.nodes, node_name, extra_node_ips)
+    slices_by_service: dict[ObjectRef, list[EndpointSlice]] = defaultdict(list)
+    for s in objects.slices:
+        slices_by_service[s.service].append(s)
+    ports: list[ServicePortState] = []
+    for svc in sorted(objects.services, key=lambda s: s.ref):
+        if not svc.proxied:
+            continue
+        slices = sorted(slices_by_service.get(svc.ref, ()), key=lambda s: s.ref)
+        for fam_ip in svc.cluster_ips:
+            family = IPFamily.of(fam_ip)
+            for sp in svc.ports:
+                ports.append(_port_state(svc, sp, fam_ip, family, slices, node))
+    ports.sort(key=lambda p: (p.name, p.protocol.value, p.family.value))
+    return NodeState(node, tuple(ports))
+
+
+def _node_info(nodes: Iterable[Node], name: str, extra_ips: Sequence[IPAddress]) -> NodeInfo:
+    me = next((n for n in nodes if n.name == name), None)
+    ips = tuple(dict.fromkeys([*extra_ips, *(me.ips if me else ())]))
+    return NodeInfo(name, me.zone if me else None, ips)
+
+
+def _port_state(svc: Service, sp: ServicePort, cluster_ip: IPAddress, family: IPFamily,
+                slices: Sequence[EndpointSlice], node: NodeInfo) -> ServicePortState:
+    def same(addrs: Iterable[IPAddress]) -> tuple[IPAddress, ...]:
+        return tuple(a for a in addrs if IPFamily.of(a) is family)
+
+    externally = bool(sp.node_port or svc.external_ips or svc.load_balancer_ips)
+    etp_local = externally and svc.external_traffic_policy is TrafficPolicy.LOCAL and (
+        svc.type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER) or bool(svc.external_ips))
+    hcnp = svc.health_check_node_port if etp_local and svc.type is ServiceType.LOAD_BALANCER else None
+    base = ServicePortState(
+        name=ServicePortName(svc.ref, sp.name),
+        family=family,
+        protocol=sp.protocol,
+        cluster_ip=cluster_ip,
+        port=sp.port,
+        node_port=sp.node_port,
+        external_ips=same(svc.external_ips),
+        load_balancer_ips=same(svc.load_balancer_ips),
+        source_ranges=tuple(n for n in svc.load_balancer_source_ranges if IPFamily.of(n) is family),
+        affinity_timeout=svc.session_affinity_timeout,
+        external_policy_local=etp_local,
+        internal_policy_local=svc.internal_traffic_policy is TrafficPolicy.LOCAL,
+        health_check_node_port=hcnp,
+    )
+    endpoints = merge_endpoints(slices, sp, family, node.name)
+    cluster, local, has_any = categorize(endpoints, base, node.zone)
+    return replace(base, endpoints=endpoints, cluster_endpoints=cluster, local_endpoints=local,
+                   has_endpoints=has_any)
+
+
+def merge_endpoints(slices: Sequence[EndpointSlice], sp: ServicePort, family: IPFamily,
+                    node_name: str) -> tuple[EndpointAddr, ...]:
+    """The endpoints of one service port across all its slices of one family.
+
+    A slice port matches the service port by name and protocol. Only `addresses[0]` counts.
+    Duplicates by IP:port keep the non-terminating copy (an endpoint moving between slices).
+    """
+    want = AddressType.IPV4 if family is IPFamily.IPV4 else AddressType.IPV6
+    found: dict[tuple[IPAddress, int], EndpointAddr] = {}
+    for s in slices:
+        if s.address_type is not want:
+            continue
+        port = next((p for p in s.ports if p.name == sp.name and p.protocol is sp.protocol), None)
+        if port is None:
+            continue
+        for e in s.endpoints:
+            addr = _endpoint_addr(e, port.port, node_name)
+            key = (addr.ip, addr.port)
+            old = found.get(key)
+            if old is None or (old.terminating and not addr.terminating):
+                found[key] = addr
+    return tuple(sorted(found.values()))
+
+
+def _endpoint_addr(e: Endpoint, port: int, node_name: str) -> EndpointAddr:
+    return EndpointAddr(
+        ip=e.addresses[0], port=port, ready=e.ready, serving=e.serving, terminating=e.terminating,
+        local=bool(node_name) and e.node_name == node_name, node_name=e.node_name, zone=e.zone,
+        hint_zones=e.hint_zones)
+
+
+def categorize(endpoints: Sequence[EndpointAddr], sp: ServicePortState,
+               node_zone: str | None) -> tuple[tuple[EndpointAddr, ...], tuple[EndpointAddr, ...], bool]:
+    """Split a port's endpoints into (cluster, local, has_any) — kube-proxy's CategorizeEndpoints.
+
+    - cluster: only when some traffic uses the Cluster policy. Ready endpoints, narrowed to this
+      node's zone when topology hints apply (see `can_use_topology`); if none is ready, the serving
+      and terminating ones (so a rolling update does not drop traffic).
+    - local: only when some traffic uses a Local policy. Ready endpoints on this node; if none,
+      serving-terminating ones on this node. Decided independently of cluster.
+    - has_any: some endpoint is usable anywhere in the cluster; False makes the service REJECT,
+      True with an empty list makes a Local policy DROP.
+    """
+    cluster: tuple[EndpointAddr, ...] = ()
+    has_any = False
+    if sp.uses_cluster_endpoints:
+        topo = can_use_topology(endpoints, node_zone)
+        cluster = tuple(e for e in endpoints if e.ready and (not topo or node_zone in e.hint_zones))
+        if not cluster:
+            cluster = tuple(e for e in endpoints if e.serving and e.terminating)
+        has_any = bool(cluster)
+    if not sp.uses_local_endpoints:
+        return cluster, (), has_any
+    has_any = has_any or any(e.ready or (e.serving and e.terminating) for e in endpoints)
+    local = tuple(e for e in endpoints if e.local and e.ready)
+    if not local:
+        local = tuple(e for e in endpoints if e.local and e.serving and e.terminating)
+    return cluster, local, has_any
+
+
+def can_use_topology(endpoints: Sequence[EndpointAddr], node_zone: str | None) -> bool:
+    """Zone hints count only if every ready endpoint has one and one of them names this zone."""
+    ready = [e for e in endpoints if e.ready]
+    if not ready or node_zone is None or any(not e.hint_zones for e in ready):
+        return False
+    return any(node_zone in e.hint_zones for e in ready)

@@ -1,0 +1,216 @@
+"""netkit's own types for the Kubernetes objects it reads.
+
+Every value here is frozen and already validated: `netkit.model.k8s` is the only module that knows
+the Kubernetes object shapes and turns a manifest or API object into these types (or reports why it
+cannot). Everything after it — NodeState, the rule compilers, the DNS resolver — speaks these types.
+Addresses are `ipaddress` objects, never strings.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import Union
+
+IPAddress = Union[IPv4Address, IPv6Address]
+IPNetwork = Union[IPv4Network, IPv6Network]
+
+
+class Protocol(enum.Enum):
+    TCP = "TCP"
+    UDP = "UDP"
+    SCTP = "SCTP"
+
+    @property
+    def lower(self) -> str:
+        return self.value.lower()
+
+
+class IPFamily(enum.Enum):
+    IPV4 = "IPv4"
+    IPV6 = "IPv6"
+
+    @staticmethod
+    def of(addr: IPAddress | IPNetwork) -> IPFamily:
+        return IPFamily.IPV4 if addr.version == 4 else IPFamily.IPV6
+
+
+class ServiceType(enum.Enum):
+    CLUSTER_IP = "ClusterIP"
+    NODE_PORT = "NodePort"
+    LOAD_BALANCER = "LoadBalancer"
+    EXTERNAL_NAME = "ExternalName"
+
+
+class TrafficPolicy(enum.Enum):
+    CLUSTER = "Cluster"
+    LOCAL = "Local"
+
+
+class AddressType(enum.Enum):
+    IPV4 = "IPv4"
+    IPV6 = "IPv6"
+    FQDN = "FQDN"
+
+
+# Labels that decide whether a Service is proxied at all (kube-proxy's selectors).
+SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
+HEADLESS_LABEL = "service.kubernetes.io/headless"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+LAST_CHANGE_TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time"
+
+DEFAULT_AFFINITY_TIMEOUT = 10800
+MAX_AFFINITY_TIMEOUT = 86400
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectRef:
+    """namespace/name of an object."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    name: str  # "" when the port is unnamed (allowed only for a single-port service)
+    protocol: Protocol
+    port: int
+    target_port: int | str  # a number, or the name of a container port
+    node_port: int | None = None
+    app_protocol: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    ref: ObjectRef
+    type: ServiceType = ServiceType.CLUSTER_IP
+    cluster_ips: tuple[IPAddress, ...] = ()  # empty for headless and ExternalName services
+    headless: bool = False  # spec.clusterIP == "None"
+    ip_families: tuple[IPFamily, ...] = ()
+    ports: tuple[ServicePort, ...] = ()
+    external_ips: tuple[IPAddress, ...] = ()
+    load_balancer_ips: tuple[IPAddress, ...] = ()  # status.loadBalancer.ingress[].ip
+    load_balancer_source_ranges: tuple[IPNetwork, ...] = ()
+    session_affinity_timeout: int | None = None  # None: no ClientIP affinity
+    external_traffic_policy: TrafficPolicy = TrafficPolicy.CLUSTER
+    internal_traffic_policy: TrafficPolicy = TrafficPolicy.CLUSTER
+    health_check_node_port: int | None = None
+    publish_not_ready_addresses: bool = False
+    traffic_distribution: str | None = None
+    external_name: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    def label(self, key: str) -> str | None:
+        return dict(self.labels).get(key)
+
+    def annotation(self, key: str) -> str | None:
+        return dict(self.annotations).get(key)
+
+    @property
+    def externally_accessible(self) -> bool:
+        """NodePort, externalIPs or load-balancer IPs make a service reachable from outside."""
+        return (
+            any(p.node_port for p in self.ports)
+            or bool(self.external_ips)
+            or bool(self.load_balancer_ips)
+        )
+
+    @property
+    def proxied(self) -> bool:
+        """kube-proxy ignores headless, ExternalName and other-proxy services."""
+        return (
+            not self.headless
+            and self.type is not ServiceType.EXTERNAL_NAME
+            and bool(self.cluster_ips)
+            and self.label(SERVICE_PROXY_NAME_LABEL) is None
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    addresses: tuple[IPAddress, ...]  # FQDN slices carry no usable addresses and are dropped earlier
+    ready: bool = True
+    serving: bool = True
+    terminating: bool = False
+    hostname: str | None = None
+    node_name: str | None = None
+    zone: str | None = None
+    hint_zones: tuple[str, ...] = ()
+    target_ref: ObjectRef | None = None  # the Pod, when known (DNS pod records)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointPort:
+    name: str
+    protocol: Protocol
+    port: int
+    app_protocol: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSlice:
+    ref: ObjectRef
+    service_name: str  # label kubernetes.io/service-name
+    address_type: AddressType
+    endpoints: tuple[Endpoint, ...] = ()
+    ports: tuple[EndpointPort, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    from_legacy_endpoints: bool = False
+
+    @property
+    def service(self) -> ObjectRef:
+        return ObjectRef(self.ref.namespace, self.service_name)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    addresses: tuple[tuple[str, IPAddress], ...] = ()  # (type, address): InternalIP, ExternalIP
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def zone(self) -> str | None:
+        return dict(self.labels).get(ZONE_LABEL)
+
+    @property
+    def ips(self) -> tuple[IPAddress, ...]:
+        return tuple(ip for _, ip in self.addresses)
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """Only what cluster DNS needs for verified pod records."""
+
+    ref: ObjectRef
+    ips: tuple[IPAddress, ...] = ()
+    node_name: str | None = None
+
+
+KubeObject = Union[Service, EndpointSlice, Node, Pod]
+
+
+@dataclass(frozen=True, slots=True)
+class Objects:
+    """A complete view of the objects a node cares about, keyed for stable order."""
+
+    services: tuple[Service, ...] = ()
+    slices: tuple[EndpointSlice, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    pods: tuple[Pod, ...] = ()
+
+    @staticmethod
+    def of(objs: list[KubeObject] | tuple[KubeObject, ...]) -> Objects:
+        return Objects(
+            services=tuple(o for o in objs if isinstance(o, Service)),
+            slices=tuple(o for o in objs if isinstance(o, EndpointSlice)),
+            nodes=tuple(o for o in objs if isinstance(o, Node)),
+            pods=tuple(o for o in objs if isinstance(o, Pod)),
+        )

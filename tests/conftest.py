@@ -1,0 +1,36 @@
+"""Shared fixtures. Kernel fixtures create uniquely named network namespaces and always remove them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def need_root_and(*tools: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    for tool in tools:
+        if shutil.which(tool) is None:
+            pytest.skip(f"needs {tool} (installed by make test)")
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    """A fresh, empty network namespace with loopback up; removed afterwards, also on failure."""
+    need_root_and("ip")
+    name = f"nkt-{uuid.uuid4().hex[:10]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
