@@ -44,3 +44,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `netkit diff | head`
+        sys.stderr.close()
+        return 0

@@ -1,9 +1,222 @@
-"""compile, apply, diff and cleanup: the dataplane subcommands (filled in by the iptables work)."""
+"""compile, apply, diff and cleanup: the dataplane subcommands, one pipeline for every backend.
+
+    inputs (manifests + config) → NodeState → backend.compile → desired Ruleset (per IP family)
+    diff  = backend.plan(kernel.dump(), desired), shown for people (exit 0 in sync, 1 pending, 2 error)
+    apply = the same plan, sent to the kernel (nothing is sent when it is empty)
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from netkit.errors import NetkitError
+from netkit.inputs import Inputs, add_input_options, config_from_args, load_inputs
+from netkit.model import IPFamily
+from netkit.netns import exists
+from netkit.rules.backend import Backend
+from netkit.rules.registry import backend as get_backend
+
+FAMILIES = {"ipv4": IPFamily.IPV4, "ipv6": IPFamily.IPV6}
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    pass
+    p = sub.add_parser("compile", help="print the ruleset the manifests compile to (no root needed)")
+    _common(p)
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("diff", help="dry run: what apply would change, per service and per rule")
+    _common(p, kernel=True)
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("apply", help="write the compiled rules into the kernel, changing only what differs")
+    _common(p, kernel=True)
+    p.set_defaults(func=cmd_apply)
+
+    p = sub.add_parser("cleanup", help="remove everything netkit wrote, nothing else")
+    p.add_argument("--mode", choices=("iptables", "ipvs", "nftables"), default=None)
+    p.add_argument("--ip-family", choices=tuple(FAMILIES), default=None)
+    _kernel_options(p)
+    p.set_defaults(func=cmd_cleanup)
+
+
+def _common(p: argparse.ArgumentParser, *, kernel: bool = False) -> None:
+    add_input_options(p)
+    p.add_argument("--mode", choices=("iptables", "ipvs", "nftables"), default=None,
+                   help="dataplane backend (default: the config file's mode, else iptables)")
+    p.add_argument("--ip-family", choices=tuple(FAMILIES), default=None,
+                   help="only this family (default: both)")
+    if kernel:
+        _kernel_options(p)
+
+
+def _kernel_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--netns", metavar="NAME", help="work inside this named network namespace")
+    p.add_argument("--iptables-backend", choices=("auto", "legacy", "nft"), default="auto",
+                   help="iptables flavour (default: detect what the node uses)")
+
+
+def _families(args: argparse.Namespace) -> tuple[IPFamily, ...]:
+    return (FAMILIES[args.ip_family],) if args.ip_family else (IPFamily.IPV4, IPFamily.IPV6)
+
+
+def _setup(args: argparse.Namespace) -> tuple[Inputs, Backend]:
+    inputs = load_inputs(args)
+    config = inputs.config
+    if getattr(args, "iptables_backend", None):
+        config = replace(config, iptables_backend=args.iptables_backend)
+        inputs = Inputs(config, inputs.objects, inputs.state, inputs.problems)
+    _check_netns(args)
+    return inputs, get_backend(config.mode)
+
+
+def _check_netns(args: argparse.Namespace) -> None:
+    if getattr(args, "netns", None) and not exists(args.netns):
+        raise NetkitError(f"--netns {args.netns}: no such network namespace (see `ip netns list`)")
+
+
+# --- compile -------------------------------------------------------------------------------------
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    inputs, be = _setup(args)
+    families = _families(args)
+    rulesets = {f: be.compile(inputs.state, inputs.config, f) for f in families}
+    if args.output == "json":
+        doc = {"mode": be.name, "families": {f.value: _to_json(be, r) for f, r in rulesets.items()}}
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    for f, r in rulesets.items():
+        if len(families) > 1:
+            sys.stdout.write(f"# {be.name} {f.value}\n")
+        sys.stdout.write(be.render(r))
+    return 0
+
+
+def _to_json(be: Backend, ruleset: Any) -> Any:
+    to_json = getattr(be, "to_json", None)
+    if to_json is not None:
+        return to_json(ruleset)
+    tables = getattr(ruleset, "tables", None)
+    if isinstance(tables, Mapping):
+        return {"tables": {t: {c: list(r) for c, r in chains.items()} for t, chains in tables.items()}}
+    return {"text": be.render(ruleset)}
+
+
+# --- diff ----------------------------------------------------------------------------------------
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    inputs, be = _setup(args)
+    report: dict[str, Any] = {}
+    pending = False
+    for family in _families(args):
+        kernel = be.kernel(inputs.config, family, args.netns)
+        live = kernel.dump()
+        desired = be.compile(inputs.state, inputs.config, family)
+        p = be.plan(live, desired)
+        changes = service_changes(be.summarize(live), be.summarize(desired))
+        empty = bool(getattr(p, "empty", not be.render_plan(p)))
+        pending = pending or not empty or bool(changes)
+        report[family.value] = {"in_sync": empty, "services": changes, "plan": p, "live": live}
+    if args.output == "json":
+        json.dump({"in_sync": not pending, "families": {
+            f: {"in_sync": r["in_sync"], "services": r["services"], "payload": be.render_plan(r["plan"])}
+            for f, r in report.items()}}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_diff(be, report)
+    return 1 if pending else 0
+
+
+def service_changes(before: Mapping[str, tuple[str, ...]],
+                    after: Mapping[str, tuple[str, ...]]) -> list[dict[str, Any]]:
+    """Per service port: added (+), removed (-) or with other endpoints (~)."""
+    out: list[dict[str, Any]] = []
+    for key in sorted(set(before) | set(after)):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        op = "+" if old is None else "-" if new is None else "~"
+        out.append({"op": op, "service": _display(key), "before": list(old or ()), "after": list(new or ())})
+    return out
+
+
+def _display(key: str) -> str:
+    name, _, proto = key.rpartition("/")
+    return name if proto == "tcp" else f"{name} ({proto})"
+
+
+def _print_diff(be: Backend, report: Mapping[str, Mapping[str, Any]]) -> None:
+    out = sys.stdout
+    for family, r in report.items():
+        if r["in_sync"] and not r["services"]:
+            out.write(f"{family}: in sync\n")
+            continue
+        out.write(f"{family}:\n")
+        for c in r["services"]:
+            out.write("  " + _service_line(c) + "\n")
+        describe = getattr(be, "describe_plan", None)
+        text = describe(r["plan"]) if describe else be.render_plan(r["plan"])
+        for line in text.splitlines():
+            out.write(f"  {line}\n")
+
+
+def _service_line(c: Mapping[str, Any]) -> str:
+    before, after = c["before"], c["after"]
+    if c["op"] == "+":
+        return f"+ {c['service']} {_count(after)}"
+    if c["op"] == "-":
+        return f"- {c['service']}"
+    gone = sorted(set(before) - set(after))
+    new = sorted(set(after) - set(before))
+    detail = " ".join([*(f"-{e}" for e in gone), *(f"+{e}" for e in new)])
+    return f"~ {c['service']} endpoints {len(before)} → {len(after)}" + (f" ({detail})" if detail else "")
+
+
+def _count(endpoints: list[str]) -> str:
+    if not endpoints:
+        return "no endpoints (rejects)"
+    return f"{len(endpoints)} endpoint" + ("s" if len(endpoints) != 1 else "")
+
+
+# --- apply / cleanup -----------------------------------------------------------------------------
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    inputs, be = _setup(args)
+    for family in _families(args):
+        kernel = be.kernel(inputs.config, family, args.netns)
+        desired = be.compile(inputs.state, inputs.config, family)
+        p = be.plan(kernel.dump(), desired)
+        if getattr(p, "empty", False):
+            print(f"netkit: {family.value}: already in sync", file=sys.stderr)
+            continue
+        kernel.apply(p)
+        print(f"netkit: {family.value}: applied ({_plan_size(p)})", file=sys.stderr)
+    return 0
+
+
+def _plan_size(p: Any) -> str:
+    written = getattr(p, "chains_written", None)
+    if written is None:
+        return "changes written"
+    deleted = sum(len(c) for c in getattr(p, "delete", {}).values())
+    return f"{written} chains written, {deleted} deleted, {len(getattr(p, 'jumps', ()))} jumps added"
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    config = replace(config_from_args(args), iptables_backend=args.iptables_backend)
+    _check_netns(args)
+    be = get_backend(config.mode)
+    for family in _families(args):
+        removed = be.kernel(config, family, args.netns).cleanup()
+        print(f"netkit: {family.value}: removed {removed or 0} chains", file=sys.stderr)
+    return 0

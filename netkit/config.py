@@ -28,6 +28,7 @@ class ConfigError(NetkitError):
 @dataclass(frozen=True, slots=True)
 class Config:
     mode: str = "iptables"
+    iptables_backend: str = "auto"  # auto | legacy | nft
     node_name: str = ""
     node_ips: tuple[IPAddress, ...] = ()
     cluster_cidrs: tuple[IPNetwork, ...] = ()
@@ -39,7 +40,9 @@ class Config:
     masquerade_bit: int = 14
     masquerade_random_fully: bool = True  # iptables >= 1.6.2 and kernel >= 5.0 have it
     node_port_addresses: tuple[IPNetwork, ...] = ()  # empty: every local address
-    localhost_nodeports: bool = True
+    # kube-proxy defaults to True and sets route_localnet=1 on the node; netkit leaves the node's
+    # sysctls alone, so localhost NodePorts are off unless the configuration turns them on.
+    localhost_nodeports: bool = False
     conntrack_tcp_be_liberal: bool = False
     large_cluster_endpoints: int = 1000
     min_sync_period: float = 1.0

@@ -94,7 +94,9 @@ class ServicePortState:
 
     @property
     def uses_cluster_endpoints(self) -> bool:
-        return not self.internal_policy_local or (self.externally_accessible and not self.external_policy_local)
+        # Externally reachable ports need cluster endpoints even with eTP=Local: pod and node
+        # traffic to an external IP is short-circuited to the Cluster chain (kube-proxy does the same).
+        return not self.internal_policy_local or self.externally_accessible
 
     @property
     def uses_local_endpoints(self) -> bool:

@@ -1,0 +1,172 @@
+"""The cluster view: an index of Services, EndpointSlices and Pods shaped for answering DNS queries.
+
+`build(objects, options)` runs once per change of the cluster and does all the work a query would
+otherwise repeat: it merges a service's EndpointSlices, keeps the ready endpoints (readiness unset =
+ready; every endpoint when the service publishes not-ready addresses), names each endpoint (its
+`hostname`, else its address with dashes, as CoreDNS does), and builds the reverse map from cluster
+addresses to names. A View is a value: the resolver only reads it, and the server swaps a whole View
+in at once, so a query never sees half an update.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from netkit.dns.names import Name, dashed, name_from_text, reverse_name
+from netkit.model.types import EndpointSlice, IPAddress, Objects, Service, ServiceType
+
+MAX_TTL = 3600
+
+
+class PodMode(enum.Enum):
+    """CoreDNS's `pods` option: no pod records, any well-formed address, or only existing pods."""
+
+    DISABLED = "disabled"
+    INSECURE = "insecure"
+    VERIFIED = "verified"
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    zone: Name = ("cluster", "local")
+    ttl: int = 30
+    pods: PodMode = PodMode.DISABLED
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.ttl <= MAX_TTL:
+            raise ValueError(f"ttl {self.ttl} is outside 0..{MAX_TTL}")
+        if not self.zone:
+            raise ValueError("the cluster zone cannot be the root")
+
+
+class Kind(enum.Enum):
+    CLUSTER_IP = "ClusterIP"
+    HEADLESS = "Headless"
+    EXTERNAL_NAME = "ExternalName"
+
+
+@dataclass(frozen=True, slots=True)
+class Port:
+    name: str
+    proto: str  # "tcp", "udp", "sctp"
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """One DNS name below a headless service and the ready addresses behind it."""
+
+    label: str
+    addresses: tuple[IPAddress, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A service as DNS sees it."""
+
+    name: Name  # <svc>.<ns>.svc.<zone>
+    kind: Kind
+    addresses: tuple[IPAddress, ...] = ()  # cluster IPs
+    ports: tuple[Port, ...] = ()  # named ports: service ports, or endpoint ports when headless
+    hosts: Mapping[str, Host] = field(default_factory=dict)  # headless only: label → Host
+    target: Name | None = None  # ExternalName only
+
+    @property
+    def exists(self) -> bool:
+        """A headless service without a ready endpoint has no name (NXDOMAIN)."""
+        return self.kind is not Kind.HEADLESS or bool(self.hosts)
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    options: Options
+    serial: int
+    services: Mapping[tuple[str, str], Entry]  # (namespace, name) → Entry
+    namespaces: frozenset[str]
+    reverse: Mapping[IPAddress, tuple[Name, ...]]
+    pods: frozenset[tuple[str, IPAddress]]  # (namespace, address) of known pods (pods verified)
+
+
+def build(objects: Objects, options: Options, serial: int = 1) -> View:
+    slices = _slices_by_service(objects.slices)
+    services = {}
+    for svc in objects.services:
+        key = (svc.ref.namespace, svc.ref.name)
+        services[key] = _entry(svc, slices.get(key, ()), options.zone)
+    return View(
+        options=options,
+        serial=serial,
+        services=MappingProxyType(services),
+        namespaces=frozenset(_namespaces(objects)),
+        reverse=MappingProxyType(_reverse(services.values())),
+        pods=frozenset(_pods(objects)),
+    )
+
+
+def _slices_by_service(slices: Iterable[EndpointSlice]) -> dict[tuple[str, str], list[EndpointSlice]]:
+    out: dict[tuple[str, str], list[EndpointSlice]] = {}
+    for s in slices:
+        out.setdefault((s.ref.namespace, s.service_name), []).append(s)
+    return out
+
+
+def _entry(svc: Service, slices: list[EndpointSlice], zone: Name) -> Entry:
+    name = (svc.ref.name, svc.ref.namespace, "svc", *zone)
+    if svc.type is ServiceType.EXTERNAL_NAME:
+        return Entry(name, Kind.EXTERNAL_NAME, target=name_from_text(svc.external_name or ""))
+    if svc.headless:
+        ports = _unique(Port(p.name, p.protocol.lower, p.port) for s in slices for p in s.ports if p.name)
+        return Entry(name, Kind.HEADLESS, ports=ports, hosts=_hosts(svc, slices))
+    ports = tuple(Port(p.name, p.protocol.lower, p.port) for p in svc.ports if p.name)
+    return Entry(name, Kind.CLUSTER_IP, addresses=svc.cluster_ips, ports=ports)
+
+
+def _hosts(svc: Service, slices: list[EndpointSlice]) -> Mapping[str, Host]:
+    """Ready endpoints grouped by DNS label, in slice order; addresses deduplicated."""
+    grouped: dict[str, list[IPAddress]] = {}
+    for s in slices:
+        for ep in s.endpoints:
+            if not (ep.ready or svc.publish_not_ready_addresses):
+                continue
+            for addr in ep.addresses:
+                addrs = grouped.setdefault(ep.hostname or dashed(addr), [])
+                if addr not in addrs:
+                    addrs.append(addr)
+    return MappingProxyType({label: Host(label, tuple(a)) for label, a in grouped.items()})
+
+
+def _unique(ports: Iterable[Port]) -> tuple[Port, ...]:
+    return tuple(dict.fromkeys(ports))
+
+
+def _namespaces(objects: Objects) -> Iterable[str]:
+    yield from (s.ref.namespace for s in objects.services)
+    yield from (s.ref.namespace for s in objects.slices)
+    yield from (p.ref.namespace for p in objects.pods)
+
+
+def _reverse(entries: Iterable[Entry]) -> dict[IPAddress, tuple[Name, ...]]:
+    """Cluster IPs → the service name; headless endpoint addresses → their host names."""
+    out: dict[IPAddress, list[Name]] = {}
+    for e in entries:
+        for addr in e.addresses:
+            out.setdefault(addr, []).append(e.name)
+        for host in e.hosts.values():
+            for addr in host.addresses:
+                out.setdefault(addr, []).append((host.label, *e.name))
+    return {addr: tuple(dict.fromkeys(names)) for addr, names in out.items()}
+
+
+def _pods(objects: Objects) -> Iterable[tuple[str, IPAddress]]:
+    for pod in objects.pods:
+        yield from ((pod.ref.namespace, ip) for ip in pod.ips)
+    for s in objects.slices:  # an endpoint's targetRef is a pod with that address
+        for ep in s.endpoints:
+            if ep.target_ref is not None:
+                yield from ((ep.target_ref.namespace, a) for a in ep.addresses)
+
+
+__all__ = ["Entry", "Host", "Kind", "Options", "PodMode", "Port", "View", "build", "reverse_name"]

@@ -1,0 +1,317 @@
+"""compile(state, config, family) → Ruleset: kube-proxy's iptables layout, in iptables-save's spelling.
+
+Traffic flow (nat table; the filter table rejects or drops what has no usable endpoint):
+
+    PREROUTING/OUTPUT → KUBE-SERVICES ─┬─ clusterIP:port ──────────────→ KUBE-SVC-h (or KUBE-SVL-h, iTP=Local)
+                                       ├─ externalIP:port ─────────────→ KUBE-EXT-h
+                                       ├─ LB IP:port ─→ [KUBE-FW-h: -s range] → KUBE-EXT-h
+                                       └─ dst LOCAL (last rule) → KUBE-NODEPORTS ─ nodePort → KUBE-EXT-h
+    KUBE-EXT-h: eTP=Cluster → mark for masquerade, → KUBE-SVC-h
+                eTP=Local   → pod traffic → KUBE-SVC-h; node traffic → masquerade, KUBE-SVC-h; rest → KUBE-SVL-h
+    KUBE-SVC/SVL-h: [masquerade off-cluster sources], affinity checks (`recent`), then one rule per
+                endpoint with probability 1/(n-i), the last unconditional → KUBE-SEP-e
+    KUBE-SEP-e: hairpin (source = the endpoint) → masquerade; [recent --set]; DNAT to IP:port
+    POSTROUTING → KUBE-POSTROUTING: masquerade what carries the mark bit.
+
+Every rule is emitted in its canonical (iptables-save) form (see ruleset.py) so a live dump compares
+with it as plain strings. The decisions per service port follow kube-proxy's `syncProxyRules`; the
+endpoint lists (cluster / local / has any) come ready-made from NodeState. Above
+`config.large_cluster_endpoints` endpoints, per-endpoint comments are left out ("large cluster mode").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from ipaddress import IPv4Network, IPv6Network
+
+from netkit.config import Config
+from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ServicePortState
+from netkit.model.types import IPAddress, IPNetwork
+from netkit.rules.iptables import names as n
+from netkit.rules.iptables.ruleset import Ruleset, probability_of, quote_comment
+
+NODEPORTS_COMMENT = '"kubernetes service nodeports; NOTE: this must be the last rule in this chain"'
+
+
+def host(ip: IPAddress | IPNetwork) -> str:
+    """An address as iptables-save prints it: always with a prefix length."""
+    if isinstance(ip, (IPv4Network, IPv6Network)):
+        return str(ip)
+    return f"{ip}/{ip.max_prefixlen}"
+
+
+def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:
+    ports = state.family(family)
+    large = sum(len(p.endpoints) for p in ports) > config.large_cluster_endpoints
+    b = _Builder(config, family, state.node, large)
+    for port in ports:
+        b.service_port(port)
+    return b.finish()
+
+
+class _Builder:
+    """Accumulates chains while walking the service ports; `finish` adds the fixed chains."""
+
+    def __init__(self, config: Config, family: IPFamily, node: NodeInfo, large: bool) -> None:
+        self.config, self.family, self.node, self.large = config, family, node, large
+        self.reject = "REJECT --reject-with " + (
+            "icmp-port-unreachable" if family is IPFamily.IPV4 else "icmp6-port-unreachable")
+        self.local_src = config.local_match(family)
+        self.nonlocal_src = config.local_match(family, negate=True)
+        self.nat: dict[str, list[str]] = {n.SERVICES: [], n.NODEPORTS: []}
+        self.filter: dict[str, list[str]] = {n.SERVICES: [], n.EXTERNAL_SERVICES: [], n.NODEPORTS: [],
+                                             n.PROXY_FIREWALL: []}
+        self.service_chains: dict[str, list[str]] = {}
+
+    # --- one service port ------------------------------------------------------------------------
+
+    def service_port(self, p: ServicePortState) -> None:
+        name = str(p.name)
+        proto = p.protocol.lower
+        svc = n.service_chain("KUBE-SVC-", p.name, p.protocol)
+        svl = n.service_chain("KUBE-SVL-", p.name, p.protocol)
+        ext = n.service_chain("KUBE-EXT-", p.name, p.protocol)
+        fw = n.service_chain("KUBE-FW-", p.name, p.protocol)
+
+        has_any = p.has_endpoints
+        internal_chain, has_internal = (svl, bool(p.local_endpoints)) if p.internal_policy_local else (svc, has_any)
+        external_policy_chain, has_external = (
+            (svl, bool(p.local_endpoints)) if p.external_policy_local else (svc, has_any))
+        has_internal = has_internal and has_any
+        has_external = has_external and has_any
+        uses_ext = has_any and p.externally_accessible
+        uses_fw = has_any and bool(p.load_balancer_ips) and bool(p.source_ranges)
+        lb_target = fw if uses_fw else ext
+        if not has_any:
+            int_verdict = ext_verdict = self.reject
+            int_comment = ext_comment = quote_comment(f"{name} has no endpoints")
+        else:
+            int_verdict = ext_verdict = "DROP"
+            int_comment = ext_comment = quote_comment(f"{name} has no local endpoints")
+
+        dport = f"-m {proto} --dport {p.port}"
+        cip = host(p.cluster_ip)
+        if has_internal:
+            self.nat[n.SERVICES].append(
+                f"-d {cip} -p {proto} -m comment --comment {quote_comment(name + ' cluster IP')} {dport} "
+                f"-j {internal_chain}")
+        else:
+            self.filter[n.SERVICES].append(
+                f"-d {cip} -p {proto} -m comment --comment {int_comment} {dport} -j {int_verdict}")
+
+        for ip in p.external_ips:
+            if has_any:
+                self.nat[n.SERVICES].append(
+                    f"-d {host(ip)} -p {proto} -m comment --comment {quote_comment(name + ' external IP')} "
+                    f"{dport} -j {ext}")
+            if not has_external:
+                self.filter[n.EXTERNAL_SERVICES].append(
+                    f"-d {host(ip)} -p {proto} -m comment --comment {ext_comment} {dport} -j {ext_verdict}")
+
+        for ip in p.load_balancer_ips:
+            if has_any:
+                self.nat[n.SERVICES].append(
+                    f"-d {host(ip)} -p {proto} -m comment --comment {quote_comment(name + ' loadbalancer IP')} "
+                    f"{dport} -j {lb_target}")
+            if uses_fw:
+                self.filter[n.PROXY_FIREWALL].append(
+                    f"-d {host(ip)} -p {proto} -m comment --comment "
+                    f"{quote_comment(f'{name} traffic not accepted by {fw}')} {dport} -j DROP")
+        if not has_external:
+            for ip in p.load_balancer_ips:
+                self.filter[n.EXTERNAL_SERVICES].append(
+                    f"-d {host(ip)} -p {proto} -m comment --comment {ext_comment} {dport} -j {ext_verdict}")
+
+        if p.node_port:
+            if has_any:
+                self.nat[n.NODEPORTS].append(
+                    f"-p {proto} -m comment --comment {quote_comment(name)} -m {proto} --dport {p.node_port} "
+                    f"-j {ext}")
+            if not has_external:
+                self.filter[n.EXTERNAL_SERVICES].append(
+                    f"-p {proto} -m comment --comment {ext_comment} -m addrtype --dst-type LOCAL "
+                    f"-m {proto} --dport {p.node_port} -j {ext_verdict}")
+
+        if p.health_check_node_port:
+            self.filter[n.NODEPORTS].append(
+                f"-p tcp -m comment --comment {quote_comment(name + ' health check node port')} "
+                f"-m tcp --dport {p.health_check_node_port} -j ACCEPT")
+
+        masq = self._clusterip_masq(p, cip, dport) if has_internal else None
+        if uses_ext:
+            self.service_chains[ext] = self._ext_chain(p, svc, external_policy_chain, has_external)
+        if uses_fw:
+            self.service_chains[fw] = self._fw_chain(p, ext)
+        if p.cluster_endpoints and p.uses_cluster_endpoints:
+            rules = [masq] if masq and internal_chain == svc else []
+            self.service_chains[svc] = rules + self._lb_rules(p, p.cluster_endpoints)
+        if p.local_endpoints and p.uses_local_endpoints:
+            rules = [masq] if masq and internal_chain == svl else []
+            self.service_chains[svl] = rules + self._lb_rules(p, p.local_endpoints)
+        for ep in p.reachable_endpoints:
+            self.service_chains[n.endpoint_chain(p.name, p.protocol, ep)] = self._sep_chain(p, ep)
+
+    def _clusterip_masq(self, p: ServicePortState, cip: str, dport: str) -> str | None:
+        """Masquerade off-cluster traffic to the clusterIP (it may have been routed here from
+        outside and must return through this node), or everything with masqueradeAll."""
+        tail = f"-p {p.protocol.lower} -m comment --comment {quote_comment(str(p.name) + ' cluster IP')} " \
+               f"{dport} -j {n.MARK_MASQ}"
+        if self.config.masquerade_all:
+            return f"-d {cip} {tail}"
+        if self.nonlocal_src is None:
+            return None
+        return _generic(self.nonlocal_src, f"-d {cip}") + " " + tail
+
+    def _ext_chain(self, p: ServicePortState, svc: str, policy_chain: str, has_external: bool) -> list[str]:
+        name = str(p.name)
+        rules: list[str] = []
+        if not p.external_policy_local:
+            rules.append(f"-m comment --comment {quote_comment(f'masquerade traffic for {name} external destinations')}"
+                         f" -j {n.MARK_MASQ}")
+        else:
+            if self.local_src is not None:
+                rules.append(_generic(self.local_src) + " -m comment --comment "
+                             + quote_comment(f"pod traffic for {name} external destinations") + f" -j {svc}")
+            rules.append(f"-m comment --comment {quote_comment(f'masquerade LOCAL traffic for {name} external destinations')}"
+                         f" -m addrtype --src-type LOCAL -j {n.MARK_MASQ}")
+            rules.append(f"-m comment --comment {quote_comment(f'route LOCAL traffic for {name} external destinations')}"
+                         f" -m addrtype --src-type LOCAL -j {svc}")
+        if has_external:
+            rules.append(f"-j {policy_chain}")
+        return rules
+
+    def _fw_chain(self, p: ServicePortState, ext: str) -> list[str]:
+        comment = quote_comment(f"{p.name} loadbalancer IP")
+        rules = [f"-s {host(cidr)} -m comment --comment {comment} -j {ext}" for cidr in p.source_ranges]
+        # A request from this node to the LB IP may loop back with the LB IP as its source; let it
+        # through when a source range admits the node itself.
+        node_ips = [ip for ip in self.node.ips if ip.version == p.cluster_ip.version]
+        if any(ip in cidr for cidr in p.source_ranges for ip in node_ips):
+            rules += [f"-s {host(ip)} -m comment --comment {comment} -j {ext}" for ip in p.load_balancer_ips]
+        return rules
+
+    def _lb_rules(self, p: ServicePortState, endpoints: Iterable[EndpointAddr]) -> list[str]:
+        eps = list(endpoints)
+        chains = [n.endpoint_chain(p.name, p.protocol, ep) for ep in eps]
+        comments = [] if self.large else [
+            f"-m comment --comment {quote_comment(f'{p.name} -> {ep}')} " for ep in eps]
+        rules: list[str] = []
+        if p.affinity_timeout is not None:
+            mask = "255.255.255.255" if self.family is IPFamily.IPV4 else "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+            for i, chain in enumerate(chains):
+                c = comments[i] if comments else ""
+                rules.append(f"{c}-m recent --rcheck --seconds {p.affinity_timeout} --reap --name {chain} "
+                             f"--mask {mask} --rsource -j {chain}")
+        count = len(chains)
+        for i, chain in enumerate(chains):
+            c = comments[i] if comments else ""
+            if i < count - 1:
+                rules.append(f"{c}-m statistic --mode random --probability {probability_of(count - i)} -j {chain}")
+            else:
+                rules.append(f"{c}-j {chain}".strip())
+        return rules
+
+    def _sep_chain(self, p: ServicePortState, ep: EndpointAddr) -> list[str]:
+        proto = p.protocol.lower
+        comment = "" if self.large else f" -m comment --comment {quote_comment(str(p.name))}"
+        recent = ""
+        if p.affinity_timeout is not None:
+            mask = "255.255.255.255" if self.family is IPFamily.IPV4 else "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+            recent = f" -m recent --set --name {n.endpoint_chain(p.name, p.protocol, ep)} --mask {mask} --rsource"
+        return [
+            f"-s {host(ep.ip)}{comment} -j {n.MARK_MASQ}",
+            f"-p {proto}{comment}{recent} -m {proto} -j DNAT --to-destination {ep}",
+        ]
+
+    # --- fixed chains and entry jumps ------------------------------------------------------------
+
+    def finish(self) -> Ruleset:
+        mark = self.config.masquerade_mark
+        self.nat[n.SERVICES].extend(self._nodeport_tail())
+        masquerade = "-j MASQUERADE --random-fully" if self.config.masquerade_random_fully else "-j MASQUERADE"
+        nat = {
+            n.CANARY: [],
+            n.SERVICES: self.nat[n.SERVICES],
+            n.NODEPORTS: self.nat[n.NODEPORTS],
+            n.POSTROUTING: [
+                f"-m mark ! --mark {mark}/{mark} -j RETURN",
+                f"-j MARK --set-xmark {mark}/0x0",
+                f'-m comment --comment "kubernetes service traffic requiring SNAT" {masquerade}',
+            ],
+            n.MARK_MASQ: [f"-j MARK --set-xmark {mark}/{mark}"],
+            **self.service_chains,
+        }
+        forward = [] if self.config.conntrack_tcp_be_liberal else ["-m conntrack --ctstate INVALID -j DROP"]
+        forward += [
+            f'-m comment --comment "kubernetes forwarding rules" -m mark --mark {mark}/{mark} -j ACCEPT',
+            '-m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED '
+            "-j ACCEPT",
+        ]
+        filter_ = {n.CANARY: [], **self.filter, n.FORWARD: forward}
+        tables = {
+            "mangle": {n.CANARY: ()},
+            "filter": {**_tuples(filter_), **ENTRY_JUMPS["filter"]},
+            "nat": {**_tuples(nat), **ENTRY_JUMPS["nat"]},
+        }
+        return Ruleset(self.family, tables)
+
+    def _nodeport_tail(self) -> list[str]:
+        if not self.config.node_port_addresses:
+            if self.family is IPFamily.IPV6:
+                dest = "! -d ::1/128 "
+            else:
+                dest = "" if self.config.localhost_nodeports else "! -d 127.0.0.0/8 "
+            return [f"{dest}-m comment --comment {NODEPORTS_COMMENT} -m addrtype --dst-type LOCAL -j {n.NODEPORTS}"]
+        rules = []
+        for ip in self.node.ips:
+            if ip.version != (4 if self.family is IPFamily.IPV4 else 6):
+                continue
+            if not any(ip in cidr for cidr in self.config.node_port_addresses):
+                continue
+            if ip.is_loopback and (self.family is IPFamily.IPV6 or not self.config.localhost_nodeports):
+                continue
+            rules.append(f"-d {host(ip)} -m comment --comment {NODEPORTS_COMMENT} -j {n.NODEPORTS}")
+        return rules
+
+
+def _generic(*parts: str) -> str:
+    """Join generic matches (-s, -d, -i, -o, each maybe negated) in iptables-save's order."""
+    order = {"-s": 0, "-d": 1, "-i": 2, "-o": 3}
+    return " ".join(sorted(parts, key=lambda s: order.get(s.removeprefix("! ").split(" ", 1)[0], 9)))
+
+
+def _tuples(chains: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+    return {c: tuple(r) for c, r in chains.items()}
+
+
+def _jump(target: str, comment: str, new_only: bool) -> str:
+    extra = "-m conntrack --ctstate NEW " if new_only else ""
+    return f'{extra}-m comment --comment "{comment}" -j {target}'
+
+
+# Entry jumps from the built-in chains, in the order they end up in (each is inserted at the top,
+# so they are inserted in reverse). kube-proxy's list; filter jumps match only NEW connections.
+ENTRY_JUMPS: dict[str, dict[str, tuple[str, ...]]] = {
+    "filter": {
+        "INPUT": (
+            _jump(n.PROXY_FIREWALL, "kubernetes load balancer firewall", True),
+            _jump(n.NODEPORTS, "kubernetes health check service ports", False),
+            _jump(n.EXTERNAL_SERVICES, "kubernetes externally-visible service portals", True),
+        ),
+        "FORWARD": (
+            _jump(n.PROXY_FIREWALL, "kubernetes load balancer firewall", True),
+            _jump(n.FORWARD, "kubernetes forwarding rules", False),
+            _jump(n.SERVICES, "kubernetes service portals", True),
+            _jump(n.EXTERNAL_SERVICES, "kubernetes externally-visible service portals", True),
+        ),
+        "OUTPUT": (
+            _jump(n.PROXY_FIREWALL, "kubernetes load balancer firewall", True),
+            _jump(n.SERVICES, "kubernetes service portals", True),
+        ),
+    },
+    "nat": {
+        "PREROUTING": (_jump(n.SERVICES, "kubernetes service portals", False),),
+        "OUTPUT": (_jump(n.SERVICES, "kubernetes service portals", False),),
+        "POSTROUTING": (_jump(n.POSTROUTING, "kubernetes postrouting rules", False),),
+    },
+}

@@ -1,0 +1,133 @@
+"""The iptables kernel edge: iptables-save to read, iptables-restore --noflush to write, -C/-I for jumps.
+
+One `IptablesKernel` per (family, backend, network namespace). Constructing it does no IO.
+- backend "legacy" or "nft" picks `iptables-legacy-*` or `iptables-nft-*` (`ip6tables-*` for IPv6);
+  "auto" detects what the node already uses, as kube-proxy's iptables wrapper does: a hint chain
+  (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY, or our own KUBE-PROXY-CANARY) in mangle decides, else the
+  backend holding more rules, else nft (Debian's default). The two backends cannot see each other's
+  rules, so writing into the wrong one leaves traffic to the invisible one (kubernetes#71305).
+- `apply(plan)` sends one restore batch: the kernel takes it whole or not at all, so a refused
+  payload leaves the previous rules in place. Only then are missing entry jumps inserted, each
+  checked first with `-C` so none is ever duplicated.
+- `cleanup()` removes netkit's jumps from the built-in chains and every netkit chain, nothing else.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from functools import cached_property
+
+from netkit.errors import KernelError
+from netkit.model import IPFamily
+from netkit.netns import run
+from netkit.rules.iptables.names import is_owned
+from netkit.rules.iptables.plan import Plan, render_plan
+from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse
+
+TABLES = ("mangle", "filter", "nat")
+BACKENDS = ("auto", "legacy", "nft")
+_HINT_CHAINS = ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY", "KUBE-PROXY-CANARY")
+
+
+@dataclass
+class IptablesKernel:
+    family: IPFamily
+    netns: str | None = None
+    backend: str = "auto"
+    wait_seconds: int = 5  # xtables lock wait, as kube-proxy
+
+    @cached_property
+    def resolved_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return detect_backend(self.family, self.netns)
+
+    def tool(self, what: str) -> str:
+        base = "iptables" if self.family is IPFamily.IPV4 else "ip6tables"
+        suffix = f"-{what}" if what else ""
+        return f"{base}-{self.resolved_backend}{suffix}"
+
+    def dump(self, tables: tuple[str, ...] = TABLES) -> Ruleset:
+        text = "".join(self._save(t) for t in tables)
+        return parse(text, self.family)
+
+    def _save(self, table: str) -> str:
+        proc = run([self.tool("save"), "-t", table], self.netns, check=False)
+        if proc.returncode != 0:
+            if "does not exist" in proc.stderr or "Table does not exist" in proc.stderr:
+                return ""
+            raise KernelError(f"{self.tool('save')} -t {table} failed", stderr=proc.stderr)
+        return proc.stdout
+
+    def apply(self, plan: Plan) -> None:
+        payload = render_plan(plan)
+        if payload:
+            run([self.tool("restore"), "--noflush", "--wait", str(self.wait_seconds)], self.netns,
+                input=payload)
+        for jump in plan.jumps:
+            self._ensure_jump(jump.table, jump.chain, jump.rule, jump.position)
+
+    def _ensure_jump(self, table: str, chain: str, rule: str, position: int) -> None:
+        args = shlex.split(rule)
+        check = run([self.tool(""), "-w", str(self.wait_seconds), "-t", table, "-C", chain, *args],
+                    self.netns, check=False)
+        if check.returncode == 0:
+            return
+        run([self.tool(""), "-w", str(self.wait_seconds), "-t", table, "-I", chain, str(position), *args],
+            self.netns)
+
+    def cleanup(self) -> int:
+        """Remove netkit's jumps and chains; returns how many chains were removed."""
+        live = self.dump()
+        for table in TABLES:
+            for chain, rules in live.chains(table).items():
+                if not is_builtin(table, chain):
+                    continue
+                for rule in rules:
+                    if _jump_target(rule) and is_owned(_jump_target(rule) or ""):
+                        run([self.tool(""), "-w", str(self.wait_seconds), "-t", table, "-D", chain,
+                             *shlex.split(rule)], self.netns)
+        payload, count = cleanup_payload(live)
+        if payload:
+            run([self.tool("restore"), "--noflush", "--wait", str(self.wait_seconds)], self.netns,
+                input=payload)
+        return count
+
+
+def cleanup_payload(live: Ruleset) -> tuple[str, int]:
+    out: list[str] = []
+    count = 0
+    for table in TABLES:
+        owned = [c for c in live.chains(table) if is_owned(c)]
+        if not owned:
+            continue
+        count += len(owned)
+        out.append(f"*{table}")
+        out.extend(f":{c} - [0:0]" for c in owned)
+        out.extend(f"-X {c}" for c in owned)
+        out.append("COMMIT")
+    return ("\n".join(out) + "\n" if out else ""), count
+
+
+def _jump_target(rule: str) -> str | None:
+    tokens = rule.split()
+    for flag in ("-j", "-g"):
+        if flag in tokens:
+            i = tokens.index(flag)
+            return tokens[i + 1] if i + 1 < len(tokens) else None
+    return None
+
+
+def detect_backend(family: IPFamily, netns: str | None) -> str:
+    """Which iptables backend the node uses (see the module docstring)."""
+    base = "iptables" if family is IPFamily.IPV4 else "ip6tables"
+    saves = {}
+    for backend in ("nft", "legacy"):
+        proc = run([f"{base}-{backend}-save"], netns, check=False)
+        saves[backend] = proc.stdout if proc.returncode == 0 else ""
+    for backend in ("nft", "legacy"):
+        if any(f":{hint} " in saves[backend] for hint in _HINT_CHAINS):
+            return backend
+    counts = {b: sum(1 for line in text.splitlines() if line.startswith("-A ")) for b, text in saves.items()}
+    return "legacy" if counts["legacy"] > counts["nft"] else "nft"

@@ -1,0 +1,54 @@
+"""Kernel object names of the iptables backend — kube-proxy's, so `iptables-save | grep KUBE-` works.
+
+Per-service-port chains are a prefix plus `hash16(portName + proto)`; per-endpoint chains hash the
+endpoint too. hash16 = the first 16 characters of the RFC 4648 base32 (A–Z, 2–7) encoding of the
+SHA-256 digest. Length: iptables allows 28 characters for a chain name (XT_EXTENSION_MAXNAMELEN 29
+with the NUL); the longest prefix `KUBE-SVC-` is 9, so 9 + 16 = 25 fits, and 16 base32 characters
+keep 80 bits of the hash (collisions negligible at any cluster size).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from functools import lru_cache
+
+from netkit.model import EndpointAddr, Protocol, ServicePortName
+
+# Fixed chains netkit writes (all kube-proxy's names).
+SERVICES = "KUBE-SERVICES"
+EXTERNAL_SERVICES = "KUBE-EXTERNAL-SERVICES"
+NODEPORTS = "KUBE-NODEPORTS"
+POSTROUTING = "KUBE-POSTROUTING"
+MARK_MASQ = "KUBE-MARK-MASQ"
+FORWARD = "KUBE-FORWARD"
+PROXY_FIREWALL = "KUBE-PROXY-FIREWALL"
+CANARY = "KUBE-PROXY-CANARY"
+
+FIXED_CHAINS = frozenset({SERVICES, EXTERNAL_SERVICES, NODEPORTS, POSTROUTING, MARK_MASQ, FORWARD,
+                          PROXY_FIREWALL, CANARY})
+SERVICE_CHAIN_PREFIXES = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-")
+MAX_CHAIN_NAME = 28
+
+
+def hash16(text: str) -> str:
+    return base64.b32encode(hashlib.sha256(text.encode()).digest()).decode()[:16]
+
+
+@lru_cache(maxsize=65536)
+def _port_hash(name: str, proto: str) -> str:
+    return hash16(name + proto)
+
+
+def service_chain(prefix: str, name: ServicePortName, protocol: Protocol) -> str:
+    """KUBE-SVC-, KUBE-SVL-, KUBE-EXT- or KUBE-FW- + the port's hash."""
+    return prefix + _port_hash(str(name), protocol.lower)
+
+
+def endpoint_chain(name: ServicePortName, protocol: Protocol, endpoint: EndpointAddr) -> str:
+    return "KUBE-SEP-" + hash16(str(name) + protocol.lower + str(endpoint))
+
+
+def is_owned(chain: str) -> bool:
+    """A chain netkit (or kube-proxy before it) writes and may rewrite or delete."""
+    return chain in FIXED_CHAINS or chain.startswith(SERVICE_CHAIN_PREFIXES)

@@ -1,0 +1,152 @@
+"""plan(committed, desired) → Plan: the smallest change that turns what the kernel holds into what is wanted.
+
+- A netkit chain (names.is_owned) is written only when its rules differ from the committed ones or it
+  is new; declaring it in the payload (`:CHAIN - [0:0]`) flushes it first. Chains not mentioned are
+  untouched by `iptables-restore --noflush` — this is what makes partial syncs cheap (KEP-3453's
+  idea, here a plain comparison of two Rulesets rather than change tracking threaded through the
+  compiler).
+- A netkit chain that is no longer wanted is flushed and deleted (`-X`) in the same batch; whatever
+  referenced it has changed too, so it is rewritten in that batch, and the kernel applies it all or
+  nothing.
+- Entry jumps in the built-in chains are never part of the payload (`--noflush` does not flush
+  built-in chains, so a restored jump would be duplicated); missing ones are listed for
+  `iptables -C/-I` after the restore.
+- Chains netkit does not own, and rules in built-in chains it did not write, are never touched.
+
+`render_plan` gives the `iptables-restore --noflush` payload; an empty plan renders to "".
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from netkit.model import IPFamily
+from netkit.rules.iptables.names import is_owned
+from netkit.rules.iptables.ruleset import TABLE_ORDER, Ruleset, is_builtin
+
+
+@dataclass(frozen=True, slots=True)
+class Jump:
+    table: str
+    chain: str  # a built-in chain
+    rule: str  # canonical rule text
+    position: int  # 1-based position it should take (inserted in this order)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    family: IPFamily
+    write: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    delete: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    jumps: tuple[Jump, ...] = ()
+    old: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)  # for human diffs
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.write.values()) and not any(self.delete.values()) and not self.jumps
+
+    @property
+    def chains_written(self) -> int:
+        return sum(len(c) for c in self.write.values())
+
+
+def plan(committed: Ruleset, desired: Ruleset, *, full: bool = False) -> Plan:
+    """`full` rewrites every netkit chain (a full sync after a failure or a detected flush)."""
+    write: dict[str, dict[str, tuple[str, ...]]] = {}
+    delete: dict[str, tuple[str, ...]] = {}
+    old: dict[str, dict[str, tuple[str, ...]]] = {}
+    for table in _tables(committed, desired):
+        have = committed.chains(table)
+        want = desired.chains(table)
+        changed = {c: r for c, r in want.items()
+                   if not is_builtin(table, c) and (full or c not in have or have[c] != r)}
+        gone = tuple(c for c in have if is_owned(c) and c not in want)
+        if changed:
+            write[table] = changed
+            old[table] = {c: have[c] for c in changed if c in have}
+        if gone:
+            delete[table] = gone
+            old.setdefault(table, {}).update({c: have[c] for c in gone})
+    return Plan(desired.family, write, delete, _missing_jumps(committed, desired), old)
+
+
+def _tables(a: Ruleset, b: Ruleset) -> list[str]:
+    names = set(a.tables) | set(b.tables)
+    return sorted(names, key=lambda t: (TABLE_ORDER.index(t) if t in TABLE_ORDER else 99, t))
+
+
+def _missing_jumps(committed: Ruleset, desired: Ruleset) -> tuple[Jump, ...]:
+    out: list[Jump] = []
+    for table, chains in desired.tables.items():
+        for chain, rules in chains.items():
+            if not is_builtin(table, chain):
+                continue
+            current = list(committed.rules(table, chain))
+            for index, rule in enumerate(rules):
+                if rule not in current:
+                    at = min(index, len(current))  # the kernel refuses a position past the end
+                    current.insert(at, rule)
+                    out.append(Jump(table, chain, rule, at + 1))
+    return tuple(out)
+
+
+def render_plan(p: Plan) -> str:
+    """The `iptables-restore --noflush` payload: declare (flush) every chain written or deleted,
+    append the new rules, then delete the stale chains."""
+    out: list[str] = []
+    for table in sorted(set(p.write) | set(p.delete),
+                        key=lambda t: (TABLE_ORDER.index(t) if t in TABLE_ORDER else 99, t)):
+        chains = p.write.get(table, {})
+        gone = p.delete.get(table, ())
+        if not chains and not gone:
+            continue
+        out.append(f"*{table}")
+        out.extend(f":{c} - [0:0]" for c in chains)
+        out.extend(f":{c} - [0:0]" for c in gone)
+        for chain, rules in chains.items():
+            prefix = f"-A {chain} "
+            out.extend(prefix + r for r in rules)
+        out.extend(f"-X {c}" for c in gone)
+        out.append("COMMIT")
+    return "\n".join(out) + "\n" if out else ""
+
+
+def apply_to(ruleset: Ruleset, p: Plan) -> Ruleset:
+    """What the kernel holds after a successful apply of `p` (pure; the fake kernel and the daemon's
+    in-memory committed state use it)."""
+    tables = {t: dict(c) for t, c in ruleset.tables.items()}
+    for table, chains in p.write.items():
+        tables.setdefault(table, {}).update(chains)
+    for table, gone in p.delete.items():
+        for c in gone:
+            tables.get(table, {}).pop(c, None)
+    for j in p.jumps:
+        rules = list(tables.setdefault(j.table, {}).get(j.chain, ()))
+        rules.insert(min(j.position - 1, len(rules)), j.rule)
+        tables[j.table][j.chain] = tuple(rules)
+    return Ruleset(ruleset.family, tables)
+
+
+def describe(p: Plan) -> str:
+    """A plan for people: a unified diff per chain (live → desired), then the jumps to insert."""
+    lines: list[str] = []
+    for table, chains in p.write.items():
+        for chain, rules in chains.items():
+            lines += _chain_diff(table, chain, p.old.get(table, {}).get(chain), rules)
+    for table, gone in p.delete.items():
+        for chain in gone:
+            lines += _chain_diff(table, chain, p.old.get(table, {}).get(chain, ()), None)
+    lines += [f"+ iptables -t {j.table} -I {j.chain} {j.position} {j.rule}" for j in p.jumps]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _chain_diff(table: str, chain: str, old: tuple[str, ...] | None, new: tuple[str, ...] | None) -> list[str]:
+    before = [f"-A {chain} {r}" for r in old or ()]
+    after = [f"-A {chain} {r}" for r in new or ()]
+    head_old = f"live {table} {chain}" if old is not None else "/dev/null"
+    head_new = f"desired {table} {chain}" if new is not None else "/dev/null"
+    if not before and not after:  # an empty chain created or deleted
+        return [f"--- {head_old}", f"+++ {head_new}", "@@ (empty chain) @@"]
+    return list(difflib.unified_diff(before, after, fromfile=head_old, tofile=head_new, lineterm="", n=1))

@@ -1,0 +1,123 @@
+"""The nftables Ruleset: one netkit table of one family, as a comparable value.
+
+A table holds named sets and maps (`NamedSet`, with their elements) and chains (`Chain`, an ordered
+tuple of rules). Rules are kept as text in one canonical spelling: the spelling `compile` writes and
+the spelling `parse` prints back from the kernel's JSON, so a Ruleset compiled here and one read from
+the kernel compare equal when the kernel holds what was compiled. The canonical forms are chosen to
+be valid `nft -f` input as they stand, so `render` writes rules verbatim.
+
+Elements are (key, value) text pairs in a frozenset: element order means nothing to the kernel.
+Sets and chains are tuples sorted by name, so equality does not depend on construction order.
+Dynamic sets (ClientIP affinity) are declared here, but their elements are the kernel's runtime
+state (clients seen recently), never part of a Ruleset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+FAMILIES = ("ip", "ip6")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Element:
+    """One set element (`value` None) or map element (`value` is a verdict such as `goto X`)."""
+
+    key: str
+    value: str | None = None
+
+    def text(self) -> str:
+        return self.key if self.value is None else f"{self.key} : {self.value}"
+
+    @property
+    def target(self) -> str | None:
+        """The chain a verdict-map element jumps or goes to, if any."""
+        if self.value and self.value.split()[0] in ("goto", "jump"):
+            return self.value.split()[1]
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class NamedSet:
+    """A named set (`value_type` None) or map (`value_type` e.g. "verdict")."""
+
+    name: str
+    key_type: tuple[str, ...]
+    value_type: str | None = None
+    flags: tuple[str, ...] = ()
+    timeout: int | None = None  # seconds, for dynamic sets
+    size: int | None = None
+    elements: frozenset[Element] = frozenset()
+
+    @property
+    def is_map(self) -> bool:
+        return self.value_type is not None
+
+    @property
+    def dynamic(self) -> bool:
+        return "dynamic" in self.flags
+
+    def definition(self) -> NamedSet:
+        """The set without its elements: what must be recreated when it differs."""
+        return replace(self, elements=frozenset())
+
+
+@dataclass(frozen=True, slots=True)
+class Hook:
+    """The hook of a base chain: `type nat hook prerouting priority -100; policy accept;`."""
+
+    type: str
+    hook: str
+    priority: int
+    policy: str = "accept"
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    name: str
+    rules: tuple[str, ...] = ()
+    hook: Hook | None = None
+
+    def targets(self) -> frozenset[str]:
+        """Chains this chain's rules jump or go to."""
+        found: set[str] = set()
+        for rule in self.rules:
+            words = rule.split()
+            for verb, target in zip(words, words[1:]):
+                if verb in ("jump", "goto"):
+                    found.add(target)
+        return frozenset(found)
+
+    def set_refs(self) -> frozenset[str]:
+        """Named sets and maps this chain's rules use (`@name`)."""
+        return frozenset(w.lstrip("@").rstrip(",") for r in self.rules for w in r.split() if w.startswith("@"))
+
+
+@dataclass(frozen=True, slots=True)
+class Ruleset:
+    family: str  # "ip" or "ip6"
+    table: str = "netkit"
+    sets: tuple[NamedSet, ...] = ()
+    chains: tuple[Chain, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"family {self.family!r} is not one of {FAMILIES}")
+
+    @staticmethod
+    def of(family: str, sets: Iterable[NamedSet], chains: Iterable[Chain], table: str = "netkit") -> Ruleset:
+        """A Ruleset with sets and chains sorted by name (the only order that means nothing)."""
+        return Ruleset(family, table, tuple(sorted(sets, key=lambda s: s.name)),
+                       tuple(sorted(chains, key=lambda c: c.name)))
+
+    def chain_map(self) -> dict[str, Chain]:
+        return {c.name: c for c in self.chains}
+
+    def set_map(self) -> dict[str, NamedSet]:
+        return {s.name: s for s in self.sets}
+
+    @property
+    def ip(self) -> str:
+        """The payload keyword of this family's addresses (`ip saddr` / `ip6 saddr`)."""
+        return self.family
