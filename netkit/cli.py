@@ -18,6 +18,8 @@ from netkit.errors import NetkitError
 # Modules that add subcommands. Each exposes register(subparsers: argparse._SubParsersAction).
 COMMAND_MODULES: tuple[str, ...] = (
     "netkit.commands",
+    "netkit.dns.command",
+    "netkit.lab.command",
 )
 
 

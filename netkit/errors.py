@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 
 
@@ -20,7 +22,15 @@ class Problem:
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.source}: {self.kind} {self.name}: {self.field}: {self.reason}"
+        return f"{_safe(self.source)}: {_safe(self.kind)} {_safe(self.name)}: {_safe(self.field)}: {_safe(self.reason)}"
+
+
+_SAFE = re.compile(r"^[\w./:#\[\]@ ,'()-]*$")
+
+
+def _safe(text: str) -> str:
+    """Object names come from untrusted input: show anything unusual escaped, on one line."""
+    return text if _SAFE.match(text) else json.dumps(text)
 
 
 class InvalidObject(NetkitError):

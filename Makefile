@@ -1,0 +1,27 @@
+# The two commands of the quick start: `make demo` and `make test`. Each installs what it needs.
+PY := .venv/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test unit lint bench-compile clean
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	$(PY) -m netkit.demo
+
+test: setup
+	$(PY) -m pytest -n auto -q $(PYTEST_ARGS) tests
+
+unit: setup
+	$(PY) -m pytest -n auto -q tests/unit
+
+lint: setup
+	$(PY) -m ruff check netkit tests bench
+	$(PY) -m mypy
+
+bench-compile: setup
+	$(PY) bench/compile.py
+
+clean:
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what netkit's demo and tests need, and nothing twice: Debian packages that are missing
+# (apt-get) and the Python packages into ./.venv (pip, re-run when pyproject.toml changes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(iptables nftables ipset conntrack iproute2 socat ethtool tcpdump dnsutils kmod)
+EXTRA_APT=${NETKIT_EXTRA_APT:-}
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}" $EXTRA_APT; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.netkit-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing Python packages into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  .venv/bin/python -m pip install -q -e '.[test]'
+  echo "$want" > "$stamp"
+fi

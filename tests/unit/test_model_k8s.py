@@ -1,0 +1,119 @@
+"""Decoding Kubernetes objects: valid shapes become netkit values, invalid ones a precise Problem."""
+
+from __future__ import annotations
+
+from ipaddress import ip_address, ip_network
+from typing import Any
+
+import pytest
+
+from netkit.errors import InvalidObject
+from netkit.model import from_k8s, list_items
+from netkit.model.types import EndpointSlice, Protocol, Service, ServiceType, TrafficPolicy
+from tests.factories import endpoint, service, slice_
+
+
+def decode_one(doc: dict[str, Any]) -> Any:
+    objs = from_k8s(doc, "f.yaml")
+    assert len(objs) == 1
+    return objs[0]
+
+
+def test_service_fields_decode() -> None:
+    svc = decode_one(service(
+        "lb", "shop", ["10.96.0.12", "fd00:96::12"], type="LoadBalancer",
+        ports=[{"name": "http", "port": 80, "targetPort": "web", "nodePort": 30081, "protocol": "TCP"},
+               {"name": "dns", "port": 53, "protocol": "UDP"}],
+        externalIPs=["198.51.100.10"], loadBalancerSourceRanges=["203.0.113.0/28"],
+        sessionAffinity="ClientIP", externalTrafficPolicy="Local", internalTrafficPolicy="Local",
+        healthCheckNodePort=32000, status={"loadBalancer": {"ingress": [{"ip": "198.51.100.100"}]}}))
+    assert isinstance(svc, Service)
+    assert svc.type is ServiceType.LOAD_BALANCER
+    assert svc.cluster_ips == (ip_address("10.96.0.12"), ip_address("fd00:96::12"))
+    assert [p.target_port for p in svc.ports] == ["web", 53]
+    assert svc.ports[1].protocol is Protocol.UDP
+    assert svc.load_balancer_ips == (ip_address("198.51.100.100"),)
+    assert svc.load_balancer_source_ranges == (ip_network("203.0.113.0/28"),)
+    assert svc.session_affinity_timeout == 10800
+    assert svc.external_traffic_policy is TrafficPolicy.LOCAL
+    assert svc.health_check_node_port == 32000
+    assert svc.proxied
+
+
+def test_headless_and_externalname_are_not_proxied() -> None:
+    headless = decode_one(service(ip="None"))
+    assert headless.headless and not headless.proxied
+    ext = decode_one({"kind": "Service", "metadata": {"name": "x"},
+                      "spec": {"type": "ExternalName", "externalName": "Example.COM."}})
+    assert ext.external_name == "example.com" and not ext.proxied
+    other = decode_one(service(labels={"service.kubernetes.io/service-proxy-name": "other"}))
+    assert not other.proxied
+
+
+@pytest.mark.parametrize("doc, field, reason", [
+    (service(ip="10.96.0.300"), "spec.clusterIPs[0]", "not a valid IP address"),
+    (service(ports=[{"name": "http", "port": 70000}]), "spec.ports[0].port", "out of range"),
+    (service(ports=[{"name": "http", "port": 80, "protocol": "ICMP"}]), "spec.ports[0].protocol", "not one of"),
+    (service(ports=[{"name": "http"}]), "spec.ports[0].port", "required"),
+    (service(name="Web_1"), "metadata.name", "DNS label"),
+    (service(name='web"; -j ACCEPT'), "metadata.name", "DNS label"),
+    (service(ports=[{"name": "ht\ntp", "port": 80}]), "spec.ports[0].name", "DNS label"),
+    (service(ns="bad ns"), "metadata.namespace", "DNS label"),
+    (service(ports=[{"name": "a", "port": 80}, {"port": 81}]), "spec.ports[1].name", "required"),
+    (service(externalIPs=["nope"]), "spec.externalIPs[0]", "not a valid IP"),
+    (service(loadBalancerSourceRanges=["10.0.0.0/33"]), "spec.loadBalancerSourceRanges[0]", "not a valid CIDR"),
+    (service(sessionAffinity="Cookie"), "spec.sessionAffinity", "not one of"),
+    (service(sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 90000}}),
+     "spec.sessionAffinityConfig.clientIP.timeoutSeconds", "out of range"),
+    (service(externalTrafficPolicy="Nearest"), "spec.externalTrafficPolicy", "not one of"),
+    (service(ports=[{"name": "http", "port": 80, "targetPort": "bad name"}]), "spec.ports[0].targetPort",
+     "IANA service name"),
+    ({"kind": "Service", "metadata": {"name": "x"}, "spec": {"ports": [{"port": 80}]}}, "spec.clusterIP", "not set"),
+    (slice_(endpoints=[endpoint("10.244.1.300")]), "endpoints[0].addresses[0]", "not a valid IP"),
+    (slice_(endpoints=[endpoint("fd00::1")]), "endpoints[0].addresses[0]", "not an IPv4 address"),
+    (slice_(endpoints=[endpoint("10.0.0.1", ready="yes")]), "endpoints[0].conditions.ready", "true or false"),
+    (slice_(ports=[{"name": "http", "port": 0}]), "ports[0].port", "out of range"),
+    ({**slice_(), "metadata": {"name": "s", "labels": {}}},
+     "metadata.labels[kubernetes.io/service-name]", "missing"),
+    ({**slice_(), "addressType": "IPX"}, "addressType", "not one of"),
+])
+def test_invalid_objects_name_the_field(doc: dict[str, Any], field: str, reason: str) -> None:
+    with pytest.raises(InvalidObject) as err:
+        from_k8s(doc, "f.yaml#3")
+    problem = err.value.problem
+    assert problem.source == "f.yaml#3"
+    assert problem.field == field
+    assert reason in problem.reason
+    assert problem.kind == doc["kind"]
+    assert "\n" not in str(problem)
+
+
+def test_endpoint_conditions_default_like_kubernetes() -> None:
+    s = decode_one(slice_(endpoints=[endpoint("10.0.0.1"), endpoint("10.0.0.2", ready=False),
+                                     endpoint("10.0.0.3", ready=False, serving=True, terminating=True)]))
+    assert isinstance(s, EndpointSlice)
+    e1, e2, e3 = s.endpoints
+    assert (e1.ready, e1.serving, e1.terminating) == (True, True, False)
+    assert (e2.ready, e2.serving, e2.terminating) == (False, False, False)  # serving unset = ready
+    assert (e3.ready, e3.serving, e3.terminating) == (False, True, True)
+
+
+def test_legacy_endpoints_become_slices_per_family() -> None:
+    objs = from_k8s({
+        "kind": "Endpoints", "metadata": {"name": "web", "namespace": "default"},
+        "subsets": [{"addresses": [{"ip": "10.0.0.1", "nodeName": "n1"}, {"ip": "fd00::1"}],
+                     "notReadyAddresses": [{"ip": "10.0.0.2"}],
+                     "ports": [{"name": "http", "port": 8080}]}]}, "f")
+    assert [s.address_type.value for s in objs] == ["IPv4", "IPv6"]
+    v4 = objs[0]
+    assert v4.service_name == "web" and v4.from_legacy_endpoints
+    assert [(str(e.addresses[0]), e.ready) for e in v4.endpoints] == [("10.0.0.1", True), ("10.0.0.2", False)]
+    assert v4.ports[0].port == 8080
+
+
+def test_unknown_kinds_are_ignored_and_lists_expand() -> None:
+    assert from_k8s({"kind": "Deployment", "metadata": {"name": "x"}}) == []
+    items = list(list_items({"kind": "List", "items": [service(), {"kind": "ConfigMap"}]}))
+    assert len(items) == 2
+    typed = list(list_items({"kind": "ServiceList", "items": [{"metadata": {"name": "a"}}]}))
+    assert typed[0]["kind"] == "Service"
