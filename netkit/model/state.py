@@ -104,8 +104,10 @@ class ServicePortState:
 
     @property
     def reachable_endpoints(self) -> tuple[EndpointAddr, ...]:
-        """Union of cluster and local endpoints: those that get a KUBE-SEP chain."""
-        return tuple(sorted(set(self.cluster_endpoints) | set(self.local_endpoints)))
+        """Union of cluster and local endpoints, in `endpoints` order (both lists are made of the very
+        objects of `endpoints`, so identity decides membership)."""
+        wanted = {id(e) for e in self.cluster_endpoints} | {id(e) for e in self.local_endpoints}
+        return tuple(e for e in self.endpoints if id(e) in wanted)
 
     @property
     def key(self) -> tuple[ServicePortName, Protocol]:
@@ -135,7 +137,8 @@ def build(objects: Objects, node_name: str = "", extra_node_ips: Sequence[IPAddr
             family = IPFamily.of(fam_ip)
             for sp in svc.ports:
                 ports.append(_port_state(svc, sp, fam_ip, family, slices, node))
-    ports.sort(key=lambda p: (p.name, p.protocol.value, p.family.value))
+    ports.sort(key=lambda p: (p.name.ref.namespace, p.name.ref.name, p.name.port, p.protocol.value,
+                              p.family.value))
     return NodeState(node, tuple(ports))
 
 
@@ -196,7 +199,11 @@ def merge_endpoints(slices: Sequence[EndpointSlice], sp: ServicePort, family: IP
             old = found.get(key)
             if old is None or (old.terminating and not addr.terminating):
                 found[key] = addr
-    return tuple(sorted(found.values()))
+    return tuple(sorted(found.values(), key=_endpoint_order))
+
+
+def _endpoint_order(e: EndpointAddr) -> tuple[int, int, int]:
+    return (e.ip.version, int(e.ip), e.port)
 
 
 def _endpoint_addr(e: Endpoint, port: int, node_name: str) -> EndpointAddr:
@@ -237,7 +244,13 @@ def categorize(endpoints: Sequence[EndpointAddr], sp: ServicePortState,
 
 def can_use_topology(endpoints: Sequence[EndpointAddr], node_zone: str | None) -> bool:
     """Zone hints count only if every ready endpoint has one and one of them names this zone."""
-    ready = [e for e in endpoints if e.ready]
-    if not ready or node_zone is None or any(not e.hint_zones for e in ready):
+    if node_zone is None:
         return False
-    return any(node_zone in e.hint_zones for e in ready)
+    found = False
+    for e in endpoints:
+        if not e.ready:
+            continue
+        if not e.hint_zones:
+            return False
+        found = found or node_zone in e.hint_zones
+    return found

@@ -24,7 +24,10 @@ class Protocol(enum.Enum):
 
     @property
     def lower(self) -> str:
-        return self.value.lower()
+        return _PROTO_LOWER[self]
+
+
+_PROTO_LOWER = {p: p.value.lower() for p in Protocol}
 
 
 class IPFamily(enum.Enum):

@@ -38,3 +38,11 @@ def test_ipv6_endpoints_hash_with_brackets() -> None:
     ep = EndpointAddr(ip_address("fd00::1"), 80)
     assert str(ep) == "[fd00::1]:80"
     assert names.endpoint_chain(name, Protocol.TCP, ep) == "KUBE-SEP-" + names.hash16("ns1/svc1:p80tcp[fd00::1]:80")
+
+
+def test_fast_hash_equals_the_reference_formula() -> None:
+    import base64
+    import hashlib
+    for text in ("", "ns1/svc1:p80tcp", "x" * 500, "kube-system/kube-dns:dnsudp10.0.0.1:53"):
+        want = base64.b32encode(hashlib.sha256(text.encode()).digest()).decode()[:16]
+        assert names.hash16(text) == want

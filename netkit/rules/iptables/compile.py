@@ -21,11 +21,11 @@ endpoint lists (cluster / local / has any) come ready-made from NodeState. Above
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from typing import NamedTuple
 from ipaddress import IPv4Network, IPv6Network
 
 from netkit.config import Config
-from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ServicePortState
+from netkit.model import IPFamily, NodeInfo, NodeState, ServicePortState
 from netkit.model.types import IPAddress, IPNetwork
 from netkit.rules.iptables import names as n
 from netkit.rules.iptables.ruleset import Ruleset, probability_of, quote_comment
@@ -56,6 +56,7 @@ class _Builder:
         self.config, self.family, self.node, self.large = config, family, node, large
         self.reject = "REJECT --reject-with " + (
             "icmp-port-unreachable" if family is IPFamily.IPV4 else "icmp6-port-unreachable")
+        self.mask = "255.255.255.255" if family is IPFamily.IPV4 else "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
         self.local_src = config.local_match(family)
         self.nonlocal_src = config.local_match(family, negate=True)
         self.nat: dict[str, list[str]] = {n.SERVICES: [], n.NODEPORTS: []}
@@ -142,14 +143,15 @@ class _Builder:
             self.service_chains[ext] = self._ext_chain(p, svc, external_policy_chain, has_external)
         if uses_fw:
             self.service_chains[fw] = self._fw_chain(p, ext)
+        eps = _endpoints(p, name, proto)
         if p.cluster_endpoints and p.uses_cluster_endpoints:
             rules = [masq] if masq and internal_chain == svc else []
-            self.service_chains[svc] = rules + self._lb_rules(p, p.cluster_endpoints)
+            self.service_chains[svc] = rules + self._lb_rules(p, [eps[id(e)] for e in p.cluster_endpoints])
         if p.local_endpoints and p.uses_local_endpoints:
             rules = [masq] if masq and internal_chain == svl else []
-            self.service_chains[svl] = rules + self._lb_rules(p, p.local_endpoints)
-        for ep in p.reachable_endpoints:
-            self.service_chains[n.endpoint_chain(p.name, p.protocol, ep)] = self._sep_chain(p, ep)
+            self.service_chains[svl] = rules + self._lb_rules(p, [eps[id(e)] for e in p.local_endpoints])
+        for ep in eps.values():
+            self.service_chains[ep.chain] = self._sep_chain(p, ep)
 
     def _clusterip_masq(self, p: ServicePortState, cip: str, dport: str) -> str | None:
         """Masquerade off-cluster traffic to the clusterIP (it may have been routed here from
@@ -190,37 +192,32 @@ class _Builder:
             rules += [f"-s {host(ip)} -m comment --comment {comment} -j {ext}" for ip in p.load_balancer_ips]
         return rules
 
-    def _lb_rules(self, p: ServicePortState, endpoints: Iterable[EndpointAddr]) -> list[str]:
-        eps = list(endpoints)
-        chains = [n.endpoint_chain(p.name, p.protocol, ep) for ep in eps]
-        comments = [] if self.large else [
-            f"-m comment --comment {quote_comment(f'{p.name} -> {ep}')} " for ep in eps]
+    def _lb_rules(self, p: ServicePortState, eps: list[_Ep]) -> list[str]:
+        name = str(p.name)
+        comments = [""] * len(eps) if self.large else [
+            f"-m comment --comment {quote_comment(f'{name} -> {ep.text}')} " for ep in eps]
         rules: list[str] = []
         if p.affinity_timeout is not None:
-            mask = "255.255.255.255" if self.family is IPFamily.IPV4 else "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
-            for i, chain in enumerate(chains):
-                c = comments[i] if comments else ""
-                rules.append(f"{c}-m recent --rcheck --seconds {p.affinity_timeout} --reap --name {chain} "
-                             f"--mask {mask} --rsource -j {chain}")
-        count = len(chains)
-        for i, chain in enumerate(chains):
-            c = comments[i] if comments else ""
+            for c, ep in zip(comments, eps):
+                rules.append(f"{c}-m recent --rcheck --seconds {p.affinity_timeout} --reap --name {ep.chain} "
+                             f"--mask {self.mask} --rsource -j {ep.chain}")
+        count = len(eps)
+        for i, (c, ep) in enumerate(zip(comments, eps)):
             if i < count - 1:
-                rules.append(f"{c}-m statistic --mode random --probability {probability_of(count - i)} -j {chain}")
+                rules.append(f"{c}-m statistic --mode random --probability {probability_of(count - i)} -j {ep.chain}")
             else:
-                rules.append(f"{c}-j {chain}".strip())
+                rules.append(f"{c}-j {ep.chain}")
         return rules
 
-    def _sep_chain(self, p: ServicePortState, ep: EndpointAddr) -> list[str]:
+    def _sep_chain(self, p: ServicePortState, ep: _Ep) -> list[str]:
         proto = p.protocol.lower
         comment = "" if self.large else f" -m comment --comment {quote_comment(str(p.name))}"
         recent = ""
         if p.affinity_timeout is not None:
-            mask = "255.255.255.255" if self.family is IPFamily.IPV4 else "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
-            recent = f" -m recent --set --name {n.endpoint_chain(p.name, p.protocol, ep)} --mask {mask} --rsource"
+            recent = f" -m recent --set --name {ep.chain} --mask {self.mask} --rsource"
         return [
-            f"-s {host(ep.ip)}{comment} -j {n.MARK_MASQ}",
-            f"-p {proto}{comment}{recent} -m {proto} -j DNAT --to-destination {ep}",
+            f"-s {ep.source}{comment} -j {n.MARK_MASQ}",
+            f"-p {proto}{comment}{recent} -m {proto} -j DNAT --to-destination {ep.text}",
         ]
 
     # --- fixed chains and entry jumps ------------------------------------------------------------
@@ -272,6 +269,28 @@ class _Builder:
                 continue
             rules.append(f"-d {host(ip)} -m comment --comment {NODEPORTS_COMMENT} -j {n.NODEPORTS}")
         return rules
+
+
+class _Ep(NamedTuple):
+    """One reachable endpoint of one service port, rendered once: its chain, `IP:port`, `IP/32`."""
+
+    chain: str
+    text: str
+    source: str
+
+
+def _endpoints(p: ServicePortState, name: str, proto: str) -> dict[int, _Ep]:
+    """The endpoints that get a KUBE-SEP chain (cluster ∪ local, in NodeState's order), keyed by
+    identity: both lists hold the very objects of `p.endpoints`, and identity is much cheaper to hash
+    than the frozen dataclass at 100,000 endpoints."""
+    wanted = {id(e) for e in p.cluster_endpoints} | {id(e) for e in p.local_endpoints}
+    out: dict[int, _Ep] = {}
+    for e in p.endpoints:
+        if id(e) in wanted:
+            ip = str(e.ip)
+            text = f"[{ip}]:{e.port}" if e.ip.version == 6 else f"{ip}:{e.port}"
+            out[id(e)] = _Ep(n.endpoint_chain_of(name, proto, text), text, f"{ip}/{e.ip.max_prefixlen}")
+    return out
 
 
 def _generic(*parts: str) -> str:

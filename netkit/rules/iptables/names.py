@@ -9,7 +9,6 @@ keep 80 bits of the hash (collisions negligible at any cluster size).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from functools import lru_cache
 
@@ -31,8 +30,16 @@ SERVICE_CHAIN_PREFIXES = ("KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KU
 MAX_CHAIN_NAME = 28
 
 
+_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+_PAIRS = [a + b for a in _B32 for b in _B32]  # 10 bits → 2 characters
+
+
 def hash16(text: str) -> str:
-    return base64.b32encode(hashlib.sha256(text.encode()).digest()).decode()[:16]
+    """base32(sha256(text))[:16]: 16 characters = 80 bits = the first 10 bytes of the digest.
+    (Equal to `base64.b32encode(digest)[:16]`, ~10× faster; a test checks they agree.)"""
+    n = int.from_bytes(hashlib.sha256(text.encode()).digest()[:10], "big")
+    return (_PAIRS[n >> 70] + _PAIRS[(n >> 60) & 1023] + _PAIRS[(n >> 50) & 1023] + _PAIRS[(n >> 40) & 1023]
+            + _PAIRS[(n >> 30) & 1023] + _PAIRS[(n >> 20) & 1023] + _PAIRS[(n >> 10) & 1023] + _PAIRS[n & 1023])
 
 
 @lru_cache(maxsize=65536)
@@ -46,7 +53,12 @@ def service_chain(prefix: str, name: ServicePortName, protocol: Protocol) -> str
 
 
 def endpoint_chain(name: ServicePortName, protocol: Protocol, endpoint: EndpointAddr) -> str:
-    return "KUBE-SEP-" + hash16(str(name) + protocol.lower + str(endpoint))
+    return endpoint_chain_of(str(name), protocol.lower, str(endpoint))
+
+
+def endpoint_chain_of(name: str, proto: str, endpoint: str) -> str:
+    """The same from pre-rendered strings (the compiler's hot path renders each once)."""
+    return "KUBE-SEP-" + hash16(name + proto + endpoint)
 
 
 def is_owned(chain: str) -> bool:

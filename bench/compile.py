@@ -1,0 +1,122 @@
+"""Benchmark: compile+render of N services × E endpoints against the kernel's full load of the same payload.
+
+In one run: build NodeState from the objects (timed apart), compile and render the iptables ruleset (timed, with
+peak RSS measured in a child process so the kernel step does not count), then
+`iptables-legacy-restore` of that payload into a fresh network namespace (timed; the namespace is
+always removed). Prints both and the ratio; the target is compile+render ≤ 0.25 × the kernel load and
+peak RSS ≤ 400 MB.
+
+    .venv/bin/python bench/compile.py [--services 10000] [--endpoints 10] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from ipaddress import ip_address
+
+from netkit.config import Config, parse_cidrs
+from netkit.model import IPFamily, Objects, build
+from netkit.model.types import (
+    AddressType,
+    Endpoint,
+    EndpointPort,
+    EndpointSlice,
+    Node,
+    ObjectRef,
+    Protocol,
+    Service,
+    ServicePort,
+    ServiceType,
+)
+from netkit.rules.iptables.compile import compile
+from netkit.rules.iptables.ruleset import render
+
+
+def objects(n_services: int, n_endpoints: int) -> Objects:
+    services, slices = [], []
+    for i in range(n_services):
+        ref = ObjectRef(f"ns{i % 50}", f"svc{i}")
+        nodeport = ServiceType.NODE_PORT if i % 10 == 0 else ServiceType.CLUSTER_IP
+        port = ServicePort("http", Protocol.TCP, 80, 8080, 30000 + i % 2700 if nodeport is ServiceType.NODE_PORT
+                           else None)
+        services.append(Service(ref, nodeport, (ip_address(f"10.96.{i // 250}.{i % 250 + 1}"),),
+                                ports=(port,), session_affinity_timeout=10800 if i % 7 == 0 else None))
+        eps = tuple(Endpoint((ip_address(f"10.{128 + (i * n_endpoints + j) // 65000}."
+                                         f"{(i * n_endpoints + j) // 250 % 256}.{(i * n_endpoints + j) % 250 + 1}"),),
+                             node_name=f"node-{j % 20}") for j in range(n_endpoints))
+        slices.append(EndpointSlice(ObjectRef(ref.namespace, f"svc{i}-x"), ref.name, AddressType.IPV4, eps,
+                                    (EndpointPort("http", Protocol.TCP, 8080),)))
+    node = Node("node-0", (("InternalIP", ip_address("192.0.2.10")),))
+    return Objects(tuple(services), tuple(slices), (node,))
+
+
+CONFIG = Config(node_name="node-0", cluster_cidrs=parse_cidrs(["10.128.0.0/9"], "bench"))
+
+
+def compile_once(n_services: int, n_endpoints: int) -> dict[str, float]:
+    objs = objects(n_services, n_endpoints)
+    start = time.perf_counter()
+    state = build(objs, CONFIG.node_name)
+    built = time.perf_counter()
+    ruleset = compile(state, CONFIG, IPFamily.IPV4)
+    text = render(ruleset)
+    elapsed = time.perf_counter() - built
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"seconds": elapsed, "build_seconds": built - start, "peak_rss_mb": rss, "bytes": len(text),
+            "rules": sum(1 for line in text.splitlines() if line.startswith("-A"))}
+
+
+def kernel_load(payload: str) -> float:
+    ns = f"nkbench-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        start = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", ns, "iptables-legacy-restore"], input=payload, text=True,
+                       check=True)
+        return time.perf_counter() - start
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--services", type=int, default=10_000)
+    ap.add_argument("--endpoints", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(compile_once(args.services, args.endpoints)))
+        return 0
+    runs = []
+    for _ in range(args.runs):  # a fresh process per run: honest peak RSS, no warm caches
+        out = subprocess.run([sys.executable, __file__, "--child", "--services", str(args.services),
+                              "--endpoints", str(args.endpoints)], capture_output=True, text=True, check=True)
+        runs.append(json.loads(out.stdout))
+    payload = render(compile(build(objects(args.services, args.endpoints), CONFIG.node_name), CONFIG,
+                             IPFamily.IPV4))
+    loads = [kernel_load(payload) for _ in range(args.runs)]
+    compile_s = statistics.median(r["seconds"] for r in runs)
+    kernel_s = statistics.median(loads)
+    rss = max(r["peak_rss_mb"] for r in runs)
+    print(f"{args.services} services × {args.endpoints} endpoints: {runs[0]['rules']} rules, "
+          f"{runs[0]['bytes'] / 1e6:.1f} MB payload")
+    build_s = statistics.median(r["build_seconds"] for r in runs)
+    print(f"NodeState from objects (not in the target) median {build_s:.2f} s")
+    print(f"compile+render                          median {compile_s:.2f} s  runs {[round(r['seconds'], 2) for r in runs]}")
+    print(f"iptables-legacy-restore full load       median {kernel_s:.2f} s  runs {[round(x, 2) for x in loads]}")
+    ratio = compile_s / kernel_s
+    print(f"ratio compile/kernel = {ratio:.2f} (target ≤ 0.25)  {'OK' if ratio <= 0.25 else 'MISSED'}")
+    print(f"peak RSS of the compile = {rss:.0f} MB (target ≤ 400)  {'OK' if rss <= 400 else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
