@@ -39,6 +39,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     _common(p, kernel=True)
     p.set_defaults(func=cmd_apply)
 
+    p = sub.add_parser("trace", help="where does this packet go? (no root needed)")
+    add_input_options(p, manifests_required=False)
+    p.add_argument("--mode", choices=("iptables",), default=None)
+    p.add_argument("--to", required=True, metavar="IP:PORT[/PROTO]", help="destination, e.g. 10.96.0.10:80/tcp")
+    p.add_argument("--from", dest="source", metavar="IP",
+                   help="source address (default: the node itself, its first node IP)")
+    p.add_argument("--in-interface", metavar="IFACE", help="interface the packet arrives on, if it matters")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the rules every outcome walks")
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    _kernel_options(p)
+    p.set_defaults(func=cmd_trace)
+
     p = sub.add_parser("cleanup", help="remove everything netkit wrote, nothing else")
     p.add_argument("--mode", choices=("iptables", "ipvs", "nftables"), default=None)
     p.add_argument("--ip-family", choices=tuple(FAMILIES), default=None)
@@ -220,3 +232,11 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
         removed = be.kernel(config, family, args.netns).cleanup()
         print(f"netkit: {family.value}: removed {removed or 0} chains", file=sys.stderr)
     return 0
+
+
+# --- trace ---------------------------------------------------------------------------------------
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from netkit.tracing import run_trace
+    return run_trace(args)

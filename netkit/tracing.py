@@ -1,0 +1,126 @@
+"""`netkit trace`: the IO around the pure tracer — where the rules and the node's addresses come from
+(compiled from manifests, or dumped from a live namespace), and how the answer is shown."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from ipaddress import ip_address
+
+from netkit.errors import NetkitError
+from netkit.inputs import config_from_args, load_inputs
+from netkit.model import IPFamily
+from netkit.model.types import IPAddress
+from netkit.netns import exists, run
+from netkit.rules.iptables.compile import compile
+from netkit.rules.iptables.kernel import IptablesKernel
+from netkit.rules.iptables.ruleset import Ruleset
+from netkit.rules.iptables.trace import Outcome, Packet, endpoints, trace
+
+PROTOCOLS = ("tcp", "udp", "sctp")
+
+
+def parse_destination(text: str) -> tuple[IPAddress, int, str]:
+    hostport, _, proto = text.partition("/")
+    proto = (proto or "tcp").lower()
+    host, sep, port = hostport.rpartition(":")
+    try:
+        if not sep:
+            raise ValueError
+        addr, number = ip_address(host.strip("[]")), int(port)
+    except ValueError as exc:
+        raise NetkitError(f"--to {text!r}: expected IP:PORT[/PROTO], e.g. 10.96.0.10:80/tcp or [fd00::1]:80") from exc
+    if proto not in PROTOCOLS or not 0 < number < 65536:
+        raise NetkitError(f"--to {text!r}: protocol must be tcp, udp or sctp and the port 1-65535")
+    return addr, number, proto
+
+
+def run_trace(args: argparse.Namespace) -> int:
+    dst, dport, proto = parse_destination(args.to)
+    family = IPFamily.of(dst)
+    ruleset, local = _rules_and_addresses(args, family)
+    src = ip_address(args.source) if args.source else next((a for a in local if a.version == dst.version), None)
+    if src is None:
+        raise NetkitError("--from is needed: the node's own address is not known (give --node-ip or a Node object)")
+    pkt = Packet(src, dst, dport, proto, local_addresses=local, in_iface=args.in_interface)
+    outcomes = trace(ruleset, pkt)
+    if args.output == "json":
+        json.dump(_json(pkt, outcomes), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print(pkt, outcomes, args.verbose)
+    return 0
+
+
+def _rules_and_addresses(args: argparse.Namespace, family: IPFamily) -> tuple[Ruleset, tuple[IPAddress, ...]]:
+    if args.netns:
+        if not exists(args.netns):
+            raise NetkitError(f"--netns {args.netns}: no such network namespace (see `ip netns list`)")
+        config = replace(config_from_args(args), iptables_backend=args.iptables_backend)
+        live = IptablesKernel(family, args.netns, config.iptables_backend).dump()
+        return live, _netns_addresses(args.netns) + config.node_ips
+    if not args.files:
+        raise NetkitError("give manifests (-f) to trace a compiled ruleset, or --netns NAME to trace a live one")
+    inputs = load_inputs(args)
+    return compile(inputs.state, inputs.config, family), inputs.state.node.ips
+
+
+def _netns_addresses(netns: str) -> tuple[IPAddress, ...]:
+    out = run(["ip", "-j", "addr", "show"], netns).stdout
+    return tuple(ip_address(a["local"]) for link in json.loads(out or "[]") for a in link.get("addr_info", ()))
+
+
+def _where(pkt: Packet) -> str:
+    if pkt.from_node:
+        return "from this node: nat OUTPUT → filter OUTPUT → nat POSTROUTING"
+    return "arriving at this node: nat PREROUTING → filter INPUT/FORWARD → nat POSTROUTING"
+
+
+def _print(pkt: Packet, outcomes: list[Outcome], verbose: bool) -> None:
+    out = sys.stdout
+    out.write(f"{pkt.src} → {_hp(pkt.dst, pkt.dport)}/{pkt.proto}  ({_where(pkt)})\n")
+    for o in outcomes:
+        out.write(f"  {o.probability * 100:5.1f}%  {_describe(o)}\n")
+        if o.reason:
+            out.write(f"          decided by {o.reason.table} {o.reason.chain} #{o.reason.index}: {o.reason.rule}\n")
+        for u in o.unknown:
+            out.write(f"          note: {u}\n")
+        if verbose:
+            for s in o.steps:
+                out.write(f"          {s.table:6} {s.chain} #{s.index}: {s.rule}\n")
+    reach = endpoints(outcomes)
+    if reach:
+        out.write("endpoints: " + ", ".join(f"{d} {p * 100:.1f}%" for d, p in sorted(reach.items())) + "\n")
+
+
+def _describe(o: Outcome) -> str:
+    if o.verdict == "reject":
+        return "REJECTED (connection refused at once)"
+    if o.verdict == "drop":
+        return "DROPPED (the client times out)"
+    src = "source masqueraded to the node" if o.masquerade else "source preserved"
+    if o.destination:
+        return f"DNAT → {o.destination}, {src}"
+    return f"not translated: delivered as addressed, {src}"
+
+
+def _hp(ip: IPAddress, port: int) -> str:
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+def _json(pkt: Packet, outcomes: list[Outcome]) -> dict[str, object]:
+    return {
+        "packet": {"src": str(pkt.src), "dst": str(pkt.dst), "dport": pkt.dport, "proto": pkt.proto,
+                   "from_node": pkt.from_node},
+        "outcomes": [{
+            "probability": o.probability, "verdict": o.verdict, "destination": o.destination,
+            "masquerade": o.masquerade,
+            "reason": {"table": o.reason.table, "chain": o.reason.chain, "index": o.reason.index,
+                       "rule": o.reason.rule} if o.reason else None,
+            "steps": [{"table": s.table, "chain": s.chain, "index": s.index, "rule": s.rule} for s in o.steps],
+            "unknown": list(o.unknown),
+        } for o in outcomes],
+        "endpoints": endpoints(outcomes),
+    }
