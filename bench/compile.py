@@ -110,7 +110,8 @@ def main() -> int:
           f"{runs[0]['bytes'] / 1e6:.1f} MB payload")
     build_s = statistics.median(r["build_seconds"] for r in runs)
     print(f"NodeState from objects (not in the target) median {build_s:.2f} s")
-    print(f"compile+render                          median {compile_s:.2f} s  runs {[round(r['seconds'], 2) for r in runs]}")
+    each = [round(r["seconds"], 2) for r in runs]
+    print(f"compile+render                          median {compile_s:.2f} s  runs {each}")
     print(f"iptables-legacy-restore full load       median {kernel_s:.2f} s  runs {[round(x, 2) for x in loads]}")
     ratio = compile_s / kernel_s
     print(f"ratio compile/kernel = {ratio:.2f} (target ≤ 0.25)  {'OK' if ratio <= 0.25 else 'MISSED'}")

@@ -11,10 +11,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
-from typing import Union
 
-IPAddress = Union[IPv4Address, IPv6Address]
-IPNetwork = Union[IPv4Network, IPv6Network]
+IPAddress = IPv4Address | IPv6Address
+IPNetwork = IPv4Network | IPv6Network
 
 
 class Protocol(enum.Enum):
@@ -197,7 +196,7 @@ class Pod:
     node_name: str | None = None
 
 
-KubeObject = Union[Service, EndpointSlice, Node, Pod]
+KubeObject = Service | EndpointSlice | Node | Pod
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ class Kernel(Protocol):
 
     def apply(self, plan: Any) -> None: ...
 
-    def cleanup(self) -> None: ...
+    def cleanup(self) -> int | None:
+        """Remove everything netkit wrote; returns how many objects went, when known."""
 
 
 class Backend(Protocol):

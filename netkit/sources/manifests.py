@@ -84,7 +84,7 @@ class _Loader(yaml.SafeLoader):
 
 
 if hasattr(yaml, "CSafeLoader"):
-    _Loader = yaml.CSafeLoader  # type: ignore[misc,assignment]  # noqa: F811
+    _Loader = yaml.CSafeLoader  # type: ignore[misc,assignment]
 
 
 def _read_all(paths: Iterable[str], stdin_text: str | None) -> Iterator[tuple[str, str]]:

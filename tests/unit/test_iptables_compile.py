@@ -103,7 +103,8 @@ def test_services_without_usable_endpoints_reject_or_drop() -> None:
 def test_terminating_fallback_and_sctp() -> None:
     rs = compiled([EDGE], BASE, IPFamily.IPV4)
     dnat = [r for r in rules_of(rs, "nat", "KUBE-SEP-") if "edge/rolling" in r and "DNAT" in r]
-    assert dnat == ['-p sctp -m comment --comment "edge/rolling:sctp" -m sctp -j DNAT --to-destination 10.244.1.40:9000']
+    assert dnat == ['-p sctp -m comment --comment "edge/rolling:sctp" -m sctp -j DNAT '
+                    '--to-destination 10.244.1.40:9000']
 
 
 def test_etp_local_ext_chain_short_circuits_pods_and_node() -> None:

@@ -21,8 +21,8 @@ endpoint lists (cluster / local / has any) come ready-made from NodeState. Above
 
 from __future__ import annotations
 
-from typing import NamedTuple
 from ipaddress import IPv4Network, IPv6Network
+from typing import NamedTuple
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeInfo, NodeState, ServicePortState
@@ -174,10 +174,10 @@ class _Builder:
             if self.local_src is not None:
                 rules.append(_generic(self.local_src) + " -m comment --comment "
                              + quote_comment(f"pod traffic for {name} external destinations") + f" -j {svc}")
-            rules.append(f"-m comment --comment {quote_comment(f'masquerade LOCAL traffic for {name} external destinations')}"
-                         f" -m addrtype --src-type LOCAL -j {n.MARK_MASQ}")
-            rules.append(f"-m comment --comment {quote_comment(f'route LOCAL traffic for {name} external destinations')}"
-                         f" -m addrtype --src-type LOCAL -j {svc}")
+            masq = quote_comment(f"masquerade LOCAL traffic for {name} external destinations")
+            route = quote_comment(f"route LOCAL traffic for {name} external destinations")
+            rules.append(f"-m comment --comment {masq} -m addrtype --src-type LOCAL -j {n.MARK_MASQ}")
+            rules.append(f"-m comment --comment {route} -m addrtype --src-type LOCAL -j {svc}")
         if has_external:
             rules.append(f"-j {policy_chain}")
         return rules
@@ -198,11 +198,11 @@ class _Builder:
             f"-m comment --comment {quote_comment(f'{name} -> {ep.text}')} " for ep in eps]
         rules: list[str] = []
         if p.affinity_timeout is not None:
-            for c, ep in zip(comments, eps):
+            for c, ep in zip(comments, eps, strict=True):
                 rules.append(f"{c}-m recent --rcheck --seconds {p.affinity_timeout} --reap --name {ep.chain} "
                              f"--mask {self.mask} --rsource -j {ep.chain}")
         count = len(eps)
-        for i, (c, ep) in enumerate(zip(comments, eps)):
+        for i, (c, ep) in enumerate(zip(comments, eps, strict=True)):
             if i < count - 1:
                 rules.append(f"{c}-m statistic --mode random --probability {probability_of(count - i)} -j {ep.chain}")
             else:
@@ -245,7 +245,7 @@ class _Builder:
             "-j ACCEPT",
         ]
         filter_ = {n.CANARY: [], **self.filter, n.FORWARD: forward}
-        tables = {
+        tables: dict[str, dict[str, tuple[str, ...]]] = {
             "mangle": {n.CANARY: ()},
             "filter": {**_tuples(filter_), **ENTRY_JUMPS["filter"]},
             "nat": {**_tuples(nat), **ENTRY_JUMPS["nat"]},

@@ -211,7 +211,7 @@ def _recent(opts: list[str], family: IPFamily) -> list[str]:
                                       "--rsource", "--rdest")}
     values = {opts[i]: opts[i + 1] for i in range(len(opts) - 1)
               if opts[i] in ("--seconds", "--hitcount", "--name", "--mask")}
-    out = [f for f in ("--set", "--rcheck", "--update", "--remove") if f in flags]
+    out: list[str] = [f for f in ("--set", "--rcheck", "--update", "--remove") if f in flags]
     for opt in ("--seconds", "--hitcount"):
         if opt in values:
             out += [opt, values[opt]]
