@@ -2,14 +2,26 @@
 
 Every kernel edge of netkit (iptables, nft, ipset, conntrack, the lab) runs its tools through
 `run()`, so `--netns NAME` is honoured everywhere by one piece of code.
+
+For sockets: setns(2) with CLONE_NEWNET changes the namespace of the calling *thread* only, and a
+socket keeps the namespace it was created in. `in_netns(ns, fn)` runs `fn` on a short-lived helper
+thread that enters `ns` first, so `socket_in` gives a socket living in `ns` that any thread can use
+(the daemon's health servers, the lab's clients) without moving the caller.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import socket
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from netkit.errors import KernelError
+
+T = TypeVar("T")
 
 
 def wrap(cmd: Sequence[str], netns: str | None) -> list[str]:
@@ -35,3 +47,44 @@ def run(cmd: Sequence[str], netns: str | None = None, *, input: str | None = Non
 def exists(netns: str) -> bool:
     proc = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     return any(line.split()[0] == netns for line in proc.stdout.splitlines() if line.strip())
+
+
+NETNS_RUN_DIR = "/run/netns"
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def enter(netns: str) -> None:
+    """Move the calling thread into `netns` (for helper threads and forked children only)."""
+    fd = os.open(os.path.join(NETNS_RUN_DIR, netns), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into network namespace {netns}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def in_netns(netns: str, fn: Callable[[], T]) -> T:
+    """Run `fn` on a helper thread inside `netns`; return its result or raise its exception."""
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            enter(netns)
+            outcome.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller's thread
+            failure.append(exc)
+
+    helper = threading.Thread(target=body, name=f"netns:{netns}", daemon=True)
+    helper.start()
+    helper.join()
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+def socket_in(netns: str, family: int, kind: int, proto: int = 0) -> socket.socket:
+    """A socket living in `netns`, usable from any thread."""
+    return in_netns(netns, lambda: socket.socket(family, kind, proto))

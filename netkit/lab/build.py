@@ -45,7 +45,7 @@ def run_batches(batches: wiring.Batches, phase: str) -> None:
 
 
 def create_namespaces(names: Iterable[str]) -> None:
-    proc = ip_batch((f"netns add {n}" for n in names))
+    proc = ip_batch(f"netns add {n}" for n in names)
     assert proc.stderr is not None
     stderr = proc.stderr.read()
     if proc.wait() != 0:
@@ -54,9 +54,19 @@ def create_namespaces(names: Iterable[str]) -> None:
 
 def build(lay: Layout) -> None:
     """Create every namespace of `lay` and wire it (see `wiring` for the phases)."""
+    create(lay)
+    wire(lay)
+
+
+def create(lay: Layout) -> None:
+    """The empty namespaces, with their sysctls (phase 1)."""
     create_namespaces(lay.namespaces)
     for ns, values in wiring.sysctls(lay).items():
         write_sysctls(ns, values)
+
+
+def wire(lay: Layout) -> None:
+    """Links, addresses, routes (phases 2-4)."""
     run_batches(wiring.link_batches(lay), "links")
     run_batches(wiring.address_batches(lay), "addresses")
     run_batches(wiring.route_batches(lay), "routes")

@@ -12,56 +12,12 @@ Code that caches namespace state at import time (Scapy) needs a whole process in
 
 from __future__ import annotations
 
-import ctypes
-import os
-import socket
-import threading
-from collections.abc import Callable, Mapping
-from typing import TypeVar
+from collections.abc import Mapping
 
 from netkit.lab.errors import LabError
+from netkit.netns import NETNS_RUN_DIR, enter, in_netns, socket_in
 
-T = TypeVar("T")
-
-NETNS_RUN_DIR = "/run/netns"
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def enter(netns: str) -> None:
-    """Move the calling thread into `netns` (for helper threads and forked children only)."""
-    fd = os.open(os.path.join(NETNS_RUN_DIR, netns), os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise LabError(f"setns into {netns}: {os.strerror(err)}")
-    finally:
-        os.close(fd)
-
-
-def in_netns(netns: str, fn: Callable[[], T]) -> T:
-    """Run `fn` on a helper thread inside `netns`; return its result or raise its exception."""
-    outcome: list[T] = []
-    failure: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            enter(netns)
-            outcome.append(fn())
-        except BaseException as exc:  # noqa: BLE001 - handed back to the caller's thread
-            failure.append(exc)
-
-    helper = threading.Thread(target=body, name=f"netns:{netns}", daemon=True)
-    helper.start()
-    helper.join()
-    if failure:
-        raise failure[0]
-    return outcome[0]
-
-
-def socket_in(netns: str, family: int, kind: int, proto: int = 0) -> socket.socket:
-    """A socket living in `netns`, usable from any thread."""
-    return in_netns(netns, lambda: socket.socket(family, kind, proto))
+__all__ = ["NETNS_RUN_DIR", "enter", "in_netns", "read_sysctl", "socket_in", "write_sysctls"]
 
 
 def write_sysctls(netns: str, values: Mapping[str, str]) -> None:

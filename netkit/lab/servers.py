@@ -1,6 +1,6 @@
 """Pod servers: one process answers for every pod of a lab, on every lab port, TCP and UDP, v4 and v6.
 
-Theory of operation: `start()` spawns `python -m netkit.lab.servers` with a JSON config on stdin. The
+Theory of operation: `start()` spawns a Python running `netkit.lab.servers.main` with a JSON config on stdin. The
 process enters each pod's namespace in turn (setns on its only thread), binds its listeners there
 (a socket keeps the namespace it was created in), and once every socket is bound prints `ready` and
 serves them all from one selector loop. A fresh interpreter rather than a fork keeps the servers
@@ -72,48 +72,57 @@ def open_pod(sel: selectors.BaseSelector, pod: str, netns: str, ports: Sequence[
                 sel.register(bind(family, kind, port), selectors.EVENT_READ, Listener(pod, kind))
 
 
-def on_ready(sel: selectors.BaseSelector, sock: socket.socket, data: object) -> None:
+@dataclass(frozen=True, slots=True)
+class Connection:
+    pod: str
+    peer: tuple[str, int]
+
+
+def on_ready(sel: selectors.BaseSelector, sock: socket.socket, data: Listener | Connection) -> None:
     try:
-        if isinstance(data, Listener) and data.kind == socket.SOCK_DGRAM:
+        if isinstance(data, Connection):
+            on_data(sel, sock, data)
+        elif data.kind == socket.SOCK_DGRAM:
             _payload, peer = sock.recvfrom(65535)
             sock.sendto(answer(data.pod, peer), peer)
-        elif isinstance(data, Listener):
+        else:
             conn, peer = sock.accept()
             conn.setblocking(False)
             conn.sendall(answer(data.pod, peer))
-            sel.register(conn, selectors.EVENT_READ, (data.pod, peer))
-        else:
-            pod, peer = data  # type: ignore[misc]
-            if sock.recv(65535):
-                sock.sendall(answer(pod, peer))
-            else:
-                sel.unregister(sock)
-                sock.close()
+            sel.register(conn, selectors.EVENT_READ, Connection(data.pod, peer))
     except (BlockingIOError, InterruptedError):
         pass
     except OSError:
-        if not isinstance(data, Listener):
+        if isinstance(data, Connection):
             sel.unregister(sock)
             sock.close()
 
 
-def serve(config: dict[str, object]) -> None:
+def on_data(sel: selectors.BaseSelector, sock: socket.socket, conn: Connection) -> None:
+    if sock.recv(65535):
+        sock.sendall(answer(conn.pod, conn.peer))
+    else:
+        sel.unregister(sock)
+        sock.close()
+
+
+def serve(pods: Sequence[tuple[str, str]], ports: Sequence[int], parent: int) -> None:
     sel = selectors.DefaultSelector()
-    ports = [int(p) for p in config["ports"]]  # type: ignore[attr-defined]
-    for pod, netns in config["pods"]:  # type: ignore[attr-defined]
+    for pod, netns in pods:
         open_pod(sel, pod, netns, ports)
-    parent = int(config.get("watch_parent", 0))  # type: ignore[call-overload]
     print(READY, flush=True)
     os.close(1)
     while not parent or os.getppid() == parent:
         for key, _ in sel.select(timeout=0.5):
-            on_ready(sel, key.fileobj, key.data)  # type: ignore[arg-type]
+            on_ready(sel, key.fileobj, key.data)  # type: ignore[arg-type]  # always our sockets
 
 
 def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    serve(json.load(sys.stdin))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the owner, which stops us
+    config = json.load(sys.stdin)
+    serve([(str(p), str(n)) for p, n in config["pods"]], [int(p) for p in config["ports"]],
+          int(config.get("watch_parent", 0)))
 
 
 # --- the caller's side --------------------------------------------------------------------------
@@ -122,19 +131,38 @@ def package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+SERVER_MAIN = "from netkit.lab.servers import main; main()"
+
+
+def spawn(config: dict[str, object], log: Path | None) -> subprocess.Popen[bytes]:
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(filter(None, [package_root(), os.environ.get("PYTHONPATH")]))}
+    with open(log or os.devnull, "ab") as err:
+        proc = subprocess.Popen([sys.executable, "-c", SERVER_MAIN], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True)
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(config).encode())
+    proc.stdin.close()
+    return proc
+
+
 def start(pods: Sequence[tuple[str, str]], ports: Sequence[int], *, watch_parent: bool,
           log: Path | None = None, timeout: float = 10.0) -> int:
     """Spawn the server process for `pods` ((name, netns) pairs); return its pid once it is ready."""
+    return ready(launch(pods, ports, watch_parent=watch_parent, log=log), log, timeout)
+
+
+def launch(pods: Sequence[tuple[str, str]], ports: Sequence[int], *, watch_parent: bool,
+           log: Path | None = None) -> subprocess.Popen[bytes]:
+    """Spawn the server process without waiting: it binds wildcard addresses, so it may start as soon
+    as the namespaces exist, while their interfaces are still being made."""
     config = {"pods": list(pods), "ports": list(ports), "watch_parent": os.getpid() if watch_parent else 0}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root(), os.environ.get("PYTHONPATH")]))}
-    err: IO[bytes] | int = open(log, "ab") if log else subprocess.DEVNULL
-    proc = subprocess.Popen([sys.executable, "-m", "netkit.lab.servers"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True)
-    if not isinstance(err, int):
-        err.close()
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(config).encode())
-    proc.stdin.close()
+    return spawn(config, log)
+
+
+def ready(proc: subprocess.Popen[bytes], log: Path | None = None, timeout: float = 10.0) -> int:
+    """Wait until `proc` has bound every socket; its pid. Stops it and raises if it does not."""
+    assert proc.stdout is not None
     line = read_line(proc.stdout, timeout)
     proc.stdout.close()
     if line.strip() != READY:
@@ -170,7 +198,8 @@ def stop(pid: int, grace: float = 2.0) -> None:
         return
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        if not alive(pid):
+        reap(pid)
+        if not is_server(pid):  # gone, or a zombie (its cmdline reads empty)
             return
         time.sleep(0.01)
     try:
@@ -178,15 +207,6 @@ def stop(pid: int, grace: float = 2.0) -> None:
     except ProcessLookupError:
         pass
     reap(pid)
-
-
-def alive(pid: int) -> bool:
-    reap(pid)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def reap(pid: int) -> None:

@@ -7,7 +7,8 @@ has a timeout, and the outcome tells apart what Service tests must distinguish:
 - ANSWERED: a pod replied; `Reply.backend` is its name, `Reply.source` the source address it saw;
 - REFUSED: TCP RST or ICMP port-unreachable (a REJECT rule, or nothing listening);
 - UNREACHABLE: ICMP host/network unreachable or no route (EHOSTUNREACH, ENETUNREACH);
-- TIMEOUT: no answer at all (a DROP rule, or packets lost).
+- TIMEOUT: no answer at all (a DROP rule, or packets lost);
+- CLOSED: TCP connected but the peer closed without answering (not a lab pod).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Outcome(Enum):
     REFUSED = "refused"
     UNREACHABLE = "unreachable"
     TIMEOUT = "timeout"
+    CLOSED = "closed"  # the connection opened but closed without an answer
 
 
 UNREACHABLE_ERRNOS = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EADDRNOTAVAIL}
@@ -119,7 +121,7 @@ def connect(netns: str, dst: str | IPAddress, port: int, proto: str = "tcp", *,
     sock = open_socket(netns, dst, proto, src, timeout)
     try:
         text = attempt(sock, dst, port, proto)
-        outcome = Outcome.ANSWERED if text else Outcome.REFUSED
+        outcome = Outcome.ANSWERED if text else Outcome.CLOSED
     except OSError as exc:
         text, outcome = "", classify(exc)
     finally:
@@ -142,7 +144,7 @@ class Stream:
             text = read_line(self.sock)
         except OSError as exc:
             return Reply(classify(exc), "", time.monotonic() - started)
-        outcome = Outcome.ANSWERED if text else Outcome.REFUSED
+        outcome = Outcome.ANSWERED if text else Outcome.CLOSED
         return Reply(outcome, text.strip(), time.monotonic() - started)
 
 

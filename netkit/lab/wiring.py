@@ -92,7 +92,7 @@ def addr(ip: IPv4Address | IPv6Address, prefix: int, dev: str) -> str:
 
 
 def address_batches(lay: Layout) -> Batches:
-    node_a, node_b = lay.nodes
+    node_a = lay.nodes[0]
     batches: Batches = {ns: ["link set lo up"] for ns in lay.namespaces}
     for node in lay.nodes:
         batches[node.netns] += [
@@ -144,10 +144,11 @@ def route_batches(lay: Layout) -> Batches:
         f"route add {node_b.pod_cidr6} via {node_b.ipv6}",
         f"neigh add {UPLINK_GW4} lladdr {UPLINK_GW_MAC} dev uplink nud permanent",
         f"neigh add {UPLINK_GW6} lladdr {UPLINK_GW_MAC} dev uplink nud permanent",
-        f"route add default via {UPLINK_GW4} dev uplink",
-        f"route add default via {UPLINK_GW6} dev uplink",
-        f"route add {SERVICE_CIDR4} via {UPLINK_GW4} dev uplink",
-        f"route add {SERVICE_CIDR6} via {UPLINK_GW6} dev uplink",
+        # `src`: the node's own traffic leaves with the node IP, as through a real node's eth0.
+        f"route add default via {UPLINK_GW4} dev uplink src {node_a.ipv4}",
+        f"route add default via {UPLINK_GW6} dev uplink src {node_a.ipv6}",
+        f"route add {SERVICE_CIDR4} via {UPLINK_GW4} dev uplink src {node_a.ipv4}",
+        f"route add {SERVICE_CIDR6} via {UPLINK_GW6} dev uplink src {node_a.ipv6}",
     ]
     batches[node_b.netns] = [
         f"route add {node_a.pod_cidr4} via {node_a.ipv4}",
