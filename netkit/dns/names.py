@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
-from typing import Union
 
 from netkit.model.types import IPAddress
 
@@ -119,8 +118,8 @@ class Outside:
     pass
 
 
-Request = Union[Apex, Version, Space, Namespace, ServiceName, EndpointName, ProtoName, PortName, PodName,
-                ReverseName, Invalid, Outside]
+Request = (Apex | Version | Space | Namespace | ServiceName | EndpointName | ProtoName | PortName | PodName
+           | ReverseName | Invalid | Outside)
 
 
 def classify(name: Name, zone: Name) -> Request:

@@ -95,7 +95,7 @@ def build(objects: Objects, options: Options, serial: int = 1) -> View:
     services = {}
     for svc in objects.services:
         key = (svc.ref.namespace, svc.ref.name)
-        services[key] = _entry(svc, slices.get(key, ()), options.zone)
+        services[key] = _entry(svc, slices.get(key, []), options.zone)
     return View(
         options=options,
         serial=serial,

@@ -1,0 +1,214 @@
+"""Cluster DNS benchmark: `netkit dns` against dnsmasq, same names, same load, same run.
+
+Both servers serve the same 1,000 service names on loopback (netkit from generated manifests, dnsmasq
+in the foreground from its own hosts file with `--local=/<zone>/`, so names it lacks are NXDOMAIN and
+nothing is forwarded anywhere). Each server is pinned to one core and dnsperf to another (taskset).
+Two loads:
+
+  hits  A queries for the 1,000 service names (the cache-hit case)
+  mix   half of them, half search-path misses (`<svc>.<ns>.svc.<zone>.<ns>.svc.<zone>`, NXDOMAIN),
+        which is what pods with ndots:5 send
+
+For each: queries per second (dnsperf) and CPU microseconds per query (the server's user+system time
+from /proc over the queries it answered), and netkit/dnsmasq ratios. Then the resident memory of
+`netkit dns` serving 10,000 services. Needs dnsperf and dnsmasq (Debian: dnsperf, dnsmasq-base).
+
+    .venv/bin/python bench/dns.py [--seconds 5] [--clients 4] [--loop auto|asyncio|uvloop]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ZONE = "cluster.local"
+TARGETS = {"hits": 1.0, "mix": 0.5}
+MEMORY_TARGET_MB = 200
+
+
+@dataclass(frozen=True)
+class Result:
+    qps: float
+    us_per_query: float
+    answered: int
+
+
+def names(count: int) -> list[tuple[str, str]]:
+    return [(f"svc-{i}.ns-{i % 20}.svc.{ZONE}", f"10.96.{i // 250}.{i % 250 + 1}") for i in range(count)]
+
+
+def write_manifests(path: Path, count: int) -> None:
+    docs = []
+    for i, (_, ip) in enumerate(names(count)):
+        docs.append(f"apiVersion: v1\nkind: Service\nmetadata: {{name: svc-{i}, namespace: ns-{i % 20}}}\n"
+                    f"spec: {{clusterIP: {ip}, ports: [{{name: http, port: 80}}]}}\n")
+    path.write_text("---\n".join(docs))
+
+
+def write_queries(path: Path, count: int, mix: bool) -> None:
+    lines = []
+    for i, (name, _) in enumerate(names(count)):
+        lines.append(f"{name} A")
+        if mix:  # the search path of a pod in ns-<i % 20>, after the name itself was not enough
+            ns = name.split(".")[1]
+            lines.append(f"{name}.{ns}.svc.{ZONE} A")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, socket.socket() as t:
+        u.bind(("127.0.0.1", 0))
+        port: int = u.getsockname()[1]
+        t.bind(("127.0.0.1", port))
+        return port
+
+
+def wait_ready(port: int, name: str, timeout: float = 60) -> None:
+    query = (b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+             + b"".join(bytes([len(x)]) + x.encode() for x in name.split(".")) + b"\x00\x00\x01\x00\x01")
+    deadline = time.monotonic() + timeout
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(0.2)
+        while time.monotonic() < deadline:
+            s.sendto(query, ("127.0.0.1", port))
+            try:
+                if s.recv(512)[3] & 0x0F == 0:
+                    return
+            except OSError:
+                pass
+    raise RuntimeError(f"server on port {port} did not answer {name}")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    match = re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+    return int(match.group(1)) / 1024 if match else float("nan")
+
+
+def dnsperf(port: int, queries: Path, seconds: int, clients: int, core: int) -> tuple[float, int]:
+    out = subprocess.run(["taskset", "-c", str(core), "dnsperf", "-s", "127.0.0.1", "-p", str(port),
+                          "-d", str(queries), "-c", str(clients), "-T", "1", "-l", str(seconds), "-q", "500"],
+                         capture_output=True, text=True, check=True).stdout
+    qps = float(re.search(r"Queries per second:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    done = int(re.search(r"Queries completed:\s+(\d+)", out).group(1))  # type: ignore[union-attr]
+    return qps, done
+
+
+def measure(pid: int, port: int, queries: Path, args: argparse.Namespace) -> Result:
+    dnsperf(port, queries, 1, args.clients, args.client_core)  # warm up (and fill netkit's fast path)
+    before = cpu_seconds(pid)
+    qps, done = dnsperf(port, queries, args.seconds, args.clients, args.client_core)
+    used = cpu_seconds(pid) - before
+    return Result(qps, used / max(done, 1) * 1e6, done)
+
+
+def start_netkit(manifests: Path, port: int, core: int, loop: str) -> subprocess.Popen[bytes]:
+    dead = free_port()  # upstream: nothing listens there, so nothing leaves loopback
+    return subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-m", "netkit", "dns",
+                             "-f", str(manifests), "--listen", f"127.0.0.1:{port}",
+                             "--upstream", f"127.0.0.1:{dead}", "--upstream-timeout", "0.2",
+                             "--loop", loop], cwd=ROOT, stderr=subprocess.DEVNULL)
+
+
+def start_dnsmasq(hosts: Path, port: int, core: int) -> subprocess.Popen[bytes]:
+    dnsmasq = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
+    user = ["--user=root"] if os.geteuid() == 0 else []  # keep reading our 0700 work folder
+    return subprocess.Popen(["taskset", "-c", str(core), dnsmasq, "--keep-in-foreground", "--conf-file=/dev/null",
+                             f"--port={port}", "--listen-address=127.0.0.1", "--bind-interfaces",
+                             "--no-resolv", "--no-hosts", f"--addn-hosts={hosts}", f"--local=/{ZONE}/",
+                             "--cache-size=10000", f"--pid-file={hosts.parent / 'dnsmasq.pid'}", *user],
+                            stderr=subprocess.DEVNULL)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_pair(work: Path, args: argparse.Namespace) -> dict[str, dict[str, Result]]:
+    write_manifests(work / "services.yaml", args.services)
+    (work / "hosts").write_text("".join(f"{ip} {name}\n" for name, ip in names(args.services)))
+    loads = {"hits": work / "hits.txt", "mix": work / "mix.txt"}
+    write_queries(loads["hits"], args.services, mix=False)
+    write_queries(loads["mix"], args.services, mix=True)
+    results: dict[str, dict[str, Result]] = {}
+    first = names(1)[0][0]
+    for server in ("dnsmasq", "netkit"):
+        port = free_port()
+        proc = (start_dnsmasq(work / "hosts", port, args.server_core) if server == "dnsmasq"
+                else start_netkit(work / "services.yaml", port, args.server_core, args.loop))
+        try:
+            wait_ready(port, first)
+            results[server] = {load: measure(proc.pid, port, path, args) for load, path in loads.items()}
+        finally:
+            stop(proc)
+    return results
+
+
+def memory_at(work: Path, count: int, args: argparse.Namespace) -> float:
+    write_manifests(work / "big.yaml", count)
+    write_queries(work / "big.txt", count, mix=True)
+    port = free_port()
+    proc = start_netkit(work / "big.yaml", port, args.server_core, args.loop)
+    try:
+        wait_ready(port, names(count)[-1][0], timeout=300)
+        dnsperf(port, work / "big.txt", 2, args.clients, args.client_core)  # fill the fast path too
+        return rss_mb(proc.pid)
+    finally:
+        stop(proc)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=int, default=5)
+    p.add_argument("--clients", type=int, default=4)
+    p.add_argument("--services", type=int, default=1000)
+    p.add_argument("--memory-services", type=int, default=10000)
+    p.add_argument("--server-core", type=int, default=0)
+    p.add_argument("--client-core", type=int, default=1)
+    p.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto")
+    args = p.parse_args()
+    for tool in ("dnsperf", "taskset"):
+        if shutil.which(tool) is None:
+            sys.exit(f"bench/dns.py needs {tool} (Debian package {'dnsperf' if tool == 'dnsperf' else 'util-linux'})")
+    if shutil.which("dnsmasq") is None and not Path("/usr/sbin/dnsmasq").exists():
+        sys.exit("bench/dns.py needs dnsmasq (Debian package dnsmasq-base)")
+    with tempfile.TemporaryDirectory(prefix="netkit-bench-dns-") as tmp:
+        work = Path(tmp)
+        results = run_pair(work, args)
+        print(f"{'load':6} {'server':8} {'qps':>10} {'µs/query':>9}")
+        for load in ("hits", "mix"):
+            for server in ("dnsmasq", "netkit"):
+                r = results[server][load]
+                print(f"{load:6} {server:8} {r.qps:10.0f} {r.us_per_query:9.1f}")
+            n, d = results["netkit"][load], results["dnsmasq"][load]
+            print(f"{load:6} {'ratio':8} {n.qps / d.qps:9.2f}× {n.us_per_query / d.us_per_query:8.2f}×"
+                  f"   (target qps ≥ {TARGETS[load]}× dnsmasq: "
+                  f"{'met' if n.qps / d.qps >= TARGETS[load] else 'NOT met'})")
+        mb = memory_at(work, args.memory_services, args)
+        print(f"memory: netkit dns at {args.memory_services} services: {mb:.0f} MB RSS "
+              f"(target ≤ {MEMORY_TARGET_MB} MB: {'met' if mb <= MEMORY_TARGET_MB else 'NOT met'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Fixtures for the running DNS server: each server or test upstream runs its own event loop in a
+thread on loopback, so tests talk to it with ordinary blocking clients (dnspython, dig)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import struct
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from dnslib import PTR, QTYPE, RR, A, DNSRecord
+
+from netkit.dns.engine import Engine
+from netkit.dns.server import DnsServer
+from netkit.dns.upstream import Address, Forwarder
+from netkit.dns.view import Options, View
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop running in a daemon thread; `call` runs a coroutine there and waits for it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def run(self, fn: Callable[[], T]) -> T:
+        async def wrapped() -> T:
+            return fn()
+        return self.call(wrapped())
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+class Running:
+    """A DnsServer on 127.0.0.1 and the loop it runs in."""
+
+    def __init__(self, options: Options, upstreams: list[Address], timeout: float, port: int = 0) -> None:
+        self.lt = LoopThread()
+        self.server = DnsServer(Engine(options), Address("127.0.0.1", port), Forwarder(upstreams, timeout))
+        self.address = self.lt.call(self.server.start())
+        self.port = self.address.port
+
+    def set_view(self, view: View) -> None:
+        self.lt.run(lambda: self.server.set_view(view))
+
+    def close(self) -> None:
+        self.lt.call(self.server.close())
+        self.lt.stop()
+
+
+@pytest.fixture
+def start_server() -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(view: View | None = None, upstreams: list[Address] | None = None, timeout: float = 0.5,
+              port: int = 0, options: Options | None = None) -> Running:
+        r = Running(options or (view.options if view else Options()), upstreams or [], timeout, port)
+        started.append(r)
+        if view is not None:
+            r.set_view(view)
+        return r
+
+    yield start
+    for r in started:
+        r.close()
+
+
+class TestUpstream:
+    """A loopback resolver for forwarding tests.
+
+    *.example.com A → 192.0.2.1 (and counts the queries); silent.example.com → no reply;
+    big.example.com A → 60 records (TC over UDP without EDNS); 9.9.9.9 PTR → nine.example.com;
+    other names → NXDOMAIN. With `forward_to`, it forwards every query there instead (a loop).
+    """
+
+    __test__ = False
+
+    def __init__(self, forward_to: tuple[str, int] | None = None) -> None:
+        self.forward_to = forward_to
+        self.seen: list[str] = []
+        self.lt = LoopThread()
+        self.port = self.lt.call(self._start())
+
+    async def _start(self) -> int:
+        loop = asyncio.get_running_loop()
+        for _ in range(20):  # a free UDP port whose TCP twin is free too
+            transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), local_addr=("127.0.0.1", 0))
+            port: int = transport.get_extra_info("sockname")[1]
+            try:
+                self.tcp = await asyncio.start_server(self._tcp, "127.0.0.1", port)
+            except OSError:
+                transport.close()
+                continue
+            self.transport = transport
+            return port
+        raise OSError("no free port for the test upstream")
+
+    @property
+    def address(self) -> Address:
+        return Address("127.0.0.1", self.port)
+
+    def answer(self, data: bytes, tcp: bool) -> bytes | None:
+        q = DNSRecord.parse(data)
+        name = str(q.q.qname).lower()
+        self.seen.append(name)
+        if name.startswith("silent."):
+            return None
+        r = q.reply()
+        if name == "big.example.com.":
+            for i in range(60):
+                r.add_answer(RR(q.q.qname, QTYPE.A, ttl=60, rdata=A(f"192.0.2.{i + 1}")))
+            packed: bytes = r.pack()
+            if not tcp and len(packed) > 512:
+                r = q.reply()
+                r.header.tc = 1
+        elif name.endswith("example.com.") and q.q.qtype == QTYPE.A:
+            r.add_answer(RR(q.q.qname, QTYPE.A, ttl=60, rdata=A("192.0.2.1")))
+        elif name == "9.9.9.9.in-addr.arpa." and q.q.qtype == QTYPE.PTR:
+            r.add_answer(RR(q.q.qname, QTYPE.PTR, ttl=60, rdata=PTR("nine.example.com.")))
+        elif not name.endswith("example.com."):
+            r.header.rcode = 3
+        out: bytes = r.pack()
+        return out
+
+    async def _tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                size = struct.unpack("!H", await reader.readexactly(2))[0]
+                out = self.answer(await reader.readexactly(size), True)
+                if out is not None:
+                    writer.write(struct.pack("!H", len(out)) + out)
+        except asyncio.IncompleteReadError:
+            writer.close()
+
+    def close(self) -> None:
+        async def stop() -> None:
+            self.transport.close()
+            self.tcp.close()
+        self.lt.call(stop())
+        self.lt.stop()
+
+
+class _Udp(asyncio.DatagramProtocol):
+    def __init__(self, up: TestUpstream) -> None:
+        self.up = up
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.DatagramTransport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        if self.up.forward_to is not None:
+            self.up.seen.append(str(DNSRecord.parse(data).q.qname).lower())
+            self.transport.sendto(data, self.up.forward_to)  # a forwarder that forwards back: a loop
+            return
+        out = self.up.answer(data, False)
+        if out is not None:
+            self.transport.sendto(out, addr)
+
+
+@pytest.fixture
+def upstream() -> Iterator[TestUpstream]:
+    up = TestUpstream()
+    yield up
+    up.close()
+
+
+def free_port() -> int:
+    """A loopback port free for both UDP and TCP at the time of asking."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, socket.socket() as t:
+            u.bind(("127.0.0.1", 0))
+            port: int = u.getsockname()[1]
+            try:
+                t.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+
+
+def need_dig() -> str:
+    dig = shutil.which("dig")
+    if dig is None:
+        pytest.skip("needs dig (Debian package dnsutils)")
+    return dig

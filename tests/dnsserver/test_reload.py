@@ -1,0 +1,85 @@
+"""`netkit dns` as a user runs it: serves the manifests and follows changes to the files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import dns.exception
+import dns.message
+import dns.query
+import dns.rcode
+import pytest
+
+from tests.conftest import ROOT
+from tests.dnsserver.conftest import free_port
+
+Z = ".svc.cluster.local."
+
+
+def svc(name: str, ip: str) -> str:
+    return f"""apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec: {{clusterIP: {ip}, ports: [{{name: http, port: 80}}]}}
+"""
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    (tmp_path / "a.yaml").write_text(svc("alpha", "10.96.1.1"))
+    port = free_port()
+    dead = free_port()  # the upstream: nothing there, so no query leaves loopback
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "netkit", "dns", "-f", str(tmp_path), "--listen", f"127.0.0.1:{port}",
+         "--upstream", f"127.0.0.1:{dead}", "--upstream-timeout", "0.2"],
+        cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: rcode(port, f"alpha.default{Z}") == dns.rcode.NOERROR)
+        yield tmp_path, port
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+        print(err)
+    assert proc.returncode == 0, err
+
+
+def rcode(port: int, name: str) -> int | None:
+    try:
+        m = dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=0.5)
+    except (TimeoutError, OSError, dns.exception.Timeout):
+        return None
+    return m.rcode()
+
+
+def wait_for(cond: object, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def test_reload_on_file_change(served: tuple[Path, int]) -> None:
+    path, port = served
+    assert rcode(port, f"beta.default{Z}") == dns.rcode.NXDOMAIN
+    (path / "b.yaml").write_text(svc("beta", "10.96.1.2"))  # a new file
+    wait_for(lambda: rcode(port, f"beta.default{Z}") == dns.rcode.NOERROR)
+    (path / "a.yaml").write_text(svc("gamma", "10.96.1.3"))  # a changed file
+    wait_for(lambda: rcode(port, f"gamma.default{Z}") == dns.rcode.NOERROR)
+    assert rcode(port, f"alpha.default{Z}") == dns.rcode.NXDOMAIN
+
+
+def test_a_file_that_cannot_be_read_keeps_the_previous_view(served: tuple[Path, int]) -> None:
+    path, port = served
+    (path / "a.yaml").write_text("kind: Service\nmetadata: [unclosed\n")
+    (path / "c.yaml").write_text(svc("delta", "10.96.1.4"))
+    time.sleep(1.5)  # long enough for the watcher to have reloaded (debounce 0.2 s)
+    assert rcode(port, f"alpha.default{Z}") == dns.rcode.NOERROR  # not a stale NXDOMAIN
+    assert rcode(port, f"delta.default{Z}") == dns.rcode.NXDOMAIN  # the broken reload was not installed
+    (path / "a.yaml").write_text(svc("alpha", "10.96.1.1"))
+    wait_for(lambda: rcode(port, f"delta.default{Z}") == dns.rcode.NOERROR)

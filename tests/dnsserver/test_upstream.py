@@ -1,0 +1,112 @@
+"""Forwarding to an upstream on loopback: answers, truncation, timeouts, ExternalName chase, loops."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import dns.flags
+import dns.message
+import dns.query
+import dns.rcode
+
+from netkit.dns.upstream import Address, from_resolv_conf, is_self, parse_address
+from tests.dnsserver.conftest import Running, TestUpstream, free_port
+from tests.unit.dns_cluster import view
+
+Z = ".svc.cluster.local."
+Start = Callable[..., Running]
+
+
+def ask(r: Running, name: str, qtype: str, tcp: bool = False) -> dns.message.Message:
+    q = dns.message.make_query(name, qtype)
+    if tcp:
+        return dns.query.tcp(q, "127.0.0.1", port=r.port, timeout=5)
+    return dns.query.udp(q, "127.0.0.1", port=r.port, timeout=5)
+
+
+def test_names_outside_the_zone_are_forwarded(start_server: Start, upstream: TestUpstream) -> None:
+    r = start_server(view(), [upstream.address])
+    for tcp in (False, True):
+        m = ask(r, "www.Example.com.", "A", tcp)
+        assert m.rcode() == dns.rcode.NOERROR and m.answer[0][0].to_text() == "192.0.2.1"
+        assert m.question[0].name.to_text() == "www.Example.com."
+    assert ask(r, "nothing.test.", "A").rcode() == dns.rcode.NXDOMAIN
+    assert upstream.seen.count("www.example.com.") == 2
+
+
+def test_zone_names_never_reach_the_upstream(start_server: Start, upstream: TestUpstream) -> None:
+    r = start_server(view(), [upstream.address])
+    assert ask(r, f"nope.default{Z}", "A").rcode() == dns.rcode.NXDOMAIN
+    assert ask(r, "10.0.96.10.in-addr.arpa.", "PTR").answer
+    assert upstream.seen == []
+
+
+def test_foreign_reverse_names_fall_through(start_server: Start, upstream: TestUpstream) -> None:
+    r = start_server(view(), [upstream.address])
+    m = ask(r, "9.9.9.9.in-addr.arpa.", "PTR")
+    assert m.answer[0][0].to_text() == "nine.example.com."
+
+
+def test_truncated_upstream_answer_is_retried_over_tcp_for_tcp_clients(
+        start_server: Start, upstream: TestUpstream) -> None:
+    r = start_server(view(), [upstream.address])
+    assert ask(r, "big.example.com.", "A").flags & dns.flags.TC  # a UDP client retries itself
+    m = ask(r, "big.example.com.", "A", tcp=True)
+    assert len(m.answer[0]) == 60 and not m.flags & dns.flags.TC
+
+
+def test_external_name_outside_the_zone_is_chased(start_server: Start, upstream: TestUpstream) -> None:
+    r = start_server(view(), [upstream.address])
+    m = ask(r, f"Search.default{Z}", "A")
+    text = [rr.to_text() for rr in m.answer]
+    assert text == [f"Search.default{Z} 30 IN CNAME search.example.com.",
+                    "search.example.com. 60 IN A 192.0.2.1"]
+
+
+def test_silent_upstream_times_out_to_servfail_then_the_next_one_answers(
+        start_server: Start, upstream: TestUpstream) -> None:
+    dead = Address("127.0.0.1", free_port())  # nothing listens: refused or silent
+    r = start_server(view(), [dead, upstream.address], timeout=0.3)
+    assert ask(r, "www.example.com.", "A").answer[0][0].to_text() == "192.0.2.1"
+    t0 = time.monotonic()
+    m = ask(r, "silent.example.com.", "A")
+    assert m.rcode() == dns.rcode.SERVFAIL and time.monotonic() - t0 < 2.5
+
+
+def test_no_upstream_is_servfail(start_server: Start) -> None:
+    r = start_server(view(), [])
+    assert ask(r, "www.example.com.", "A").rcode() == dns.rcode.SERVFAIL
+
+
+def test_an_upstream_that_forwards_back_is_detected_and_dropped(start_server: Start) -> None:
+    port = free_port()
+    looper = TestUpstream(forward_to=("127.0.0.1", port))
+    try:
+        r = start_server(view(), [looper.address], timeout=0.5, port=port)
+        looping = r.lt.call(r.server.check_loops())
+        assert looping == (looper.address,)
+        before = len(looper.seen)
+        m = ask(r, "www.example.com.", "A")
+        assert m.rcode() == dns.rcode.SERVFAIL and len(looper.seen) == before  # not forwarded any more
+    finally:
+        looper.close()
+
+
+def test_an_upstream_that_is_this_server_is_never_used(start_server: Start) -> None:
+    port = free_port()
+    r = start_server(view(), [Address("127.0.0.1", port)], port=port)
+    assert r.server.forwarder.usable == ()
+    assert ask(r, "www.example.com.", "A").rcode() == dns.rcode.SERVFAIL
+
+
+def test_is_self_and_address_parsing() -> None:
+    own = [Address("0.0.0.0", 53)]
+    assert is_self(Address("127.0.0.1", 53), own) and not is_self(Address("127.0.0.1", 5353), own)
+    assert is_self(Address("10.0.0.5", 53), [Address("10.0.0.5", 53)])
+    assert not is_self(Address("127.0.0.53", 53), [Address("10.0.0.5", 53)])
+    assert parse_address("[fd00::1]:5353") == Address("fd00::1", 5353)
+    assert parse_address("fd00::1") == Address("fd00::1", 53)
+    assert parse_address("10.0.0.1:54") == Address("10.0.0.1", 54)
+    assert from_resolv_conf("search x\nnameserver 127.0.0.53\nnameserver fe80::1%eth0\noptions ndots:5\n") == [
+        Address("127.0.0.53"), Address("fe80::1")]
