@@ -21,8 +21,9 @@ Theory of operation. `TestApiServer` serves the HTTP side of the protocol in
 Fault hooks: `end_watches()` (clean end of every stream), `drop_connections()` (abort every stream's
 TCP connection mid-chunk), `compact()` (the next watch from an old version gets 410),
 `fail_next(n, code)` (the next n resource requests fail), `stop()`/`start()` (down and back up on the
-same port, objects kept). `audit` records every request (verb, group, resource, namespace, name) so a
-test can check an RBAC role covers everything a client did.
+same port, objects kept). `audit` records every request (verb, group, resource, namespace, name) and
+`rbac_uncovered(audit, cluster_role)` lists the requests a ClusterRole would not allow, so a test can
+check the daemon's RBAC covers everything it did.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Self
+
 from aiohttp import web
 
 from netkit.testing.apistore import (
@@ -72,6 +75,7 @@ class AuditRecord:
     name: str
     path: str
     code: int
+    query: str = ""  # the raw query string (selectors, watch parameters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,7 @@ class _Stream:
 
     END = object()
     DROP = object()
+    STALL = object()
 
     def __init__(self, request: web.Request) -> None:
         self.request = request
@@ -126,7 +131,8 @@ class TestApiServer:
         """Listen (again) on the same port; objects and history survive a stop/start."""
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=0.5,
+                                    handler_cancellation=True)  # a client gone ends its watch at once
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
@@ -140,7 +146,7 @@ class TestApiServer:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> TestApiServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -156,6 +162,11 @@ class TestApiServer:
     def drop_connections(self) -> None:
         for stream in list(self._streams):
             stream.queue.put_nowait(_Stream.DROP)
+
+    def stall_watches(self) -> None:
+        """Open streams go silent and ignore their timeout, like a dead TCP peer (until stop())."""
+        for stream in list(self._streams):
+            stream.queue.put_nowait(_Stream.STALL)
 
     def compact(self) -> None:
         self.store.compact()
@@ -188,12 +199,12 @@ class TestApiServer:
         path = "/" + request.match_info["tail"]
         discovery = self._discovery(path)
         if discovery is not None:
-            self._record("get", None, path, 200)
+            self._record("get", None, request, 200)
             return web.json_response(discovery)
         try:
             target = self._target(path)
         except ApiError as exc:
-            self._record("get", None, path, exc.code)
+            self._record("get", None, request, exc.code)
             return _error(exc)
         verb = _verb(request.method, target, request.query)
         code = self._failures.pop(0) if self._failures else 0
@@ -201,21 +212,23 @@ class TestApiServer:
             if code:
                 raise ApiError(code, "InternalError", f"injected failure {code}")
             if verb == "watch":
-                self._record(verb, target, path, 200)
+                self._record(verb, target, request, 200)
                 return await self._watch(request, target)
             response = await self._serve(request, target, verb)
         except ApiError as exc:
-            self._record(verb, target, path, exc.code)
+            self._record(verb, target, request, exc.code)
             return _error(exc)
-        self._record(verb, target, path, response.status)
+        self._record(verb, target, request, response.status)
         return response
 
-    def _record(self, verb: str, target: _Target | None, path: str, code: int) -> None:
+    def _record(self, verb: str, target: _Target | None, request: web.Request, code: int) -> None:
+        path, query = request.path, request.query_string
         if target is None:
-            self.audit.append(AuditRecord(verb, "", "", "", "", path, code))
+            self.audit.append(AuditRecord(verb, "", "", "", "", path, code, query))
         else:
             r = target.resource
-            self.audit.append(AuditRecord(verb, r.group, r.plural, target.namespace, target.name, path, code))
+            self.audit.append(AuditRecord(verb, r.group, r.plural, target.namespace, target.name, path, code,
+                                          query))
 
     async def _serve(self, request: web.Request, target: _Target, verb: str) -> web.Response:
         store, r = self.store, target.resource
@@ -266,9 +279,9 @@ class TestApiServer:
             await resp.prepare(request)
             for event in backlog:
                 await resp.write(_line(event))
-            if not any(e["type"] == "ERROR" for e in backlog):
-                if not await self._follow(resp, stream, target, timeout, bookmarks):
-                    return resp
+            failed = any(e["type"] == "ERROR" for e in backlog)
+            if not failed and not await self._follow(resp, stream, target, timeout, bookmarks):
+                return resp  # dropped: no clean end
             await resp.write_eof()
             return resp
         finally:
@@ -323,6 +336,10 @@ class TestApiServer:
                 continue
             if item is _Stream.END:
                 return True
+            if item is _Stream.STALL:  # silent until dropped (stop() drops every stream)
+                while await stream.queue.get() is not _Stream.DROP:
+                    pass
+                item = _Stream.DROP
             if item is _Stream.DROP:
                 if stream.request.transport is not None:
                     stream.request.transport.abort()
@@ -383,6 +400,27 @@ class TestApiServer:
         return None
 
 
+def rbac_uncovered(records: list[AuditRecord], cluster_role: Mapping[str, Any], *,
+                   include_discovery: bool = False) -> list[AuditRecord]:
+    """The requests in `records` that the ClusterRole's rules do not allow (RBAC's matching: group,
+    resource, verb, optional resourceNames; nonResourceURLs for the rest). Discovery paths are allowed
+    to every authenticated user by system:discovery, so they are skipped unless asked for."""
+    rules = [r for r in cluster_role.get("rules") or [] if isinstance(r, Mapping)]
+    return [a for a in records if (a.resource or include_discovery) and not any(_allows(r, a) for r in rules)]
+
+
+def _allows(rule: Mapping[str, Any], a: AuditRecord) -> bool:
+    def has(field: str, value: str) -> bool:
+        values = rule.get(field) or []
+        return "*" in values or value in values
+
+    if not a.resource:
+        return has("nonResourceURLs", a.path) and has("verbs", a.verb)
+    names = rule.get("resourceNames") or []
+    return (has("apiGroups", a.group) and has("resources", a.resource) and has("verbs", a.verb)
+            and (not names or a.name in names))
+
+
 def _verb(method: str, target: _Target, query: Mapping[str, str]) -> str:
     if method == "GET":
         if target.name:
@@ -440,3 +478,33 @@ def _resource_list(group_version: str, resources: list[Resource]) -> JSON:
         {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
          "verbs": ["create", "delete", "get", "list", "update", "watch"], "shortNames": list(r.short_names)}
         for r in resources]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m netkit.testing.apiserver`: serve on loopback until interrupted (for labs and demos)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m netkit.testing.apiserver",
+                                description="netkit's test API server (a test double, loopback only)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--kubeconfig", metavar="FILE", help="write a kubeconfig pointing at the server")
+    p.add_argument("--no-endpoint-slices", action="store_true", help="serve v1 Endpoints only")
+    args = p.parse_args(argv)
+
+    async def serve() -> None:
+        async with TestApiServer(host=args.host, port=args.port,
+                                 serve_endpoint_slices=not args.no_endpoint_slices) as srv:
+            if args.kubeconfig:
+                srv.write_kubeconfig(Path(args.kubeconfig))
+            print(f"serving {srv.url}", flush=True)
+            await asyncio.Event().wait()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

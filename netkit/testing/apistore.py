@@ -169,6 +169,7 @@ class Snapshot:
     items: list[JSON]
 
 
+SERVICE_IP_BASE = IPv4Address("10.96.0.0")  # clusterIPs are allocated from 10.96.0.100 up
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
 
 
@@ -176,7 +177,7 @@ Key = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped obje
 class Store:
     """Objects, versions, history and list snapshots. Pure: no IO, no asyncio."""
 
-    service_ip_base: IPv4Address = IPv4Address("10.96.0.0")
+    service_ip_base: IPv4Address = SERVICE_IP_BASE
     rv: int = 1000
     compacted: int = 1000  # a watch from a version below this is answered with 410
     objects: dict[Resource, dict[Key, JSON]] = field(default_factory=lambda: {r: {} for r in RESOURCES})

@@ -1,0 +1,225 @@
+"""The test API server itself: the protocol facts of the reference, checked over raw HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from netkit.testing.apiserver import INITIAL_EVENTS_END, TestApiServer, parse_bool
+from netkit.testing.apistore import ApiError, Store, field_selector, label_selector, resource_for_kind
+
+from .conftest import eventually, node, run, service
+
+SERVICES = resource_for_kind("Service")
+
+
+async def get(srv: TestApiServer, path: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as s, s.get(srv.url + path) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+async def watch(srv: TestApiServer, query: str, until: Callable[[list[dict[str, Any]]], bool] | None = None,
+                ) -> tuple[int, list[dict[str, Any]]]:
+    """Read a watch stream to its end (or until `until` holds), returning (status, events)."""
+    events: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as s, s.get(f"{srv.url}/api/v1/services?{query}") as resp:
+        if resp.status != 200:
+            return resp.status, [await resp.json()]
+        async for line in resp.content:
+            events.append(json.loads(line))
+            if until and until(events):
+                break
+        return resp.status, events
+
+
+@pytest.mark.parametrize("path, kind", [
+    ("/version", None), ("/api", "APIVersions"), ("/apis", "APIGroupList"), ("/api/v1", "APIResourceList"),
+    ("/apis/discovery.k8s.io", "APIGroup"), ("/apis/discovery.k8s.io/v1", "APIResourceList"),
+])
+def test_discovery(path: str, kind: str | None) -> None:
+    async def scenario() -> None:
+        async with TestApiServer() as srv:
+            status, body = await get(srv, path)
+            assert status == 200 and body.get("kind") == kind
+            if path == "/version":
+                assert body["gitVersion"].startswith("v1.32")
+
+    run(scenario())
+
+
+def test_discovery_without_endpoint_slices() -> None:
+    async def scenario() -> None:
+        async with TestApiServer(serve_endpoint_slices=False) as srv:
+            assert (await get(srv, "/apis"))[1]["groups"] == []
+            assert (await get(srv, "/apis/discovery.k8s.io/v1"))[0] == 404
+            assert (await get(srv, "/apis/discovery.k8s.io/v1/endpointslices"))[0] == 404
+
+    run(scenario())
+
+
+def test_pages_come_from_one_snapshot_and_tokens_expire_on_compaction() -> None:
+    store = Store()
+    for i in range(5):
+        store.create(service(f"s{i}", f"10.96.0.{i + 1}"))
+    rv1, page1, token = store.list_page(SERVICES, "", "", "", 2, "")
+    store.delete(SERVICES, "default", "s4")  # a write between pages does not show in the same list
+    store.create(service("s5", "10.96.0.6"))
+    rv2, page2, token2 = store.list_page(SERVICES, "", "", "", 2, token)
+    rv3, page3, token3 = store.list_page(SERVICES, "", "", "", 2, token2)
+    assert rv1 == rv2 == rv3 and token3 == ""
+    assert [o["metadata"]["name"] for o in page1 + page2 + page3] == [f"s{i}" for i in range(5)]
+    _, _, token = store.list_page(SERVICES, "", "", "", 2, "")
+    store.compact()
+    with pytest.raises(ApiError) as err:
+        store.list_page(SERVICES, "", "", "", 2, token)
+    assert err.value.code == 410
+
+
+def test_watch_from_zero_sends_synthetic_adds_and_from_n_only_later_changes() -> None:
+    async def scenario() -> None:
+        async with TestApiServer() as srv:
+            srv.store.create(service("a", "10.96.0.1"))
+            after_a = srv.store.rv
+            srv.store.create(service("b", "10.96.0.2"))
+            _, events = await watch(srv, "watch=true&resourceVersion=0&timeoutSeconds=1", lambda e: len(e) == 2)
+            assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a"), ("ADDED", "b")]
+            _, events = await watch(srv, f"watch=1&resourceVersion={after_a}&timeoutSeconds=1",
+                                    lambda e: len(e) == 1)
+            assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "b")]
+            assert events[0]["object"]["kind"] == "Service"
+
+    run(scenario())
+
+
+def test_the_stream_ends_cleanly_at_timeout_seconds_with_bookmarks_on_request() -> None:
+    async def scenario() -> None:
+        async with TestApiServer(bookmark_interval=0.1) as srv:
+            srv.store.create(node("node-a"))
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            status, events = await watch(srv, f"watch=True&resourceVersion={srv.store.rv}&timeoutSeconds=1"
+                                              "&allowWatchBookmarks=true")
+            assert status == 200 and 0.9 < loop.time() - start < 2
+            assert events and {e["type"] for e in events} == {"BOOKMARK"}
+            assert events[0]["object"] == {"kind": "Service", "apiVersion": "v1",
+                                           "metadata": {"resourceVersion": str(srv.store.rv)}}
+            _, events = await watch(srv, f"watch=true&resourceVersion={srv.store.rv}&timeoutSeconds=1")
+            assert events == []  # no bookmarks unless asked for
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("serve, query, status", [
+    (True, "sendInitialEvents=true&resourceVersionMatch=NotOlderThan", 200),
+    (True, "sendInitialEvents=true", 422),
+    (False, "sendInitialEvents=true&resourceVersionMatch=NotOlderThan", 422),
+])
+def test_send_initial_events_is_served_or_rejected(serve: bool, query: str, status: int) -> None:
+    async def scenario() -> None:
+        async with TestApiServer(serve_initial_events=serve) as srv:
+            srv.store.create(service("a", "10.96.0.1"))
+            got, events = await watch(srv, f"watch=true&allowWatchBookmarks=true&timeoutSeconds=1&{query}",
+                                      lambda e: e[-1]["type"] == "BOOKMARK")
+            assert got == status
+            if status == 200:
+                assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+                assert events[1]["object"]["metadata"]["annotations"] == {INITIAL_EVENTS_END: "true"}
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("as_event", [True, False])
+def test_a_compacted_version_gives_410(as_event: bool) -> None:
+    async def scenario() -> None:
+        async with TestApiServer(expired_as_event=as_event) as srv:
+            old = srv.store.rv
+            srv.store.create(service("a", "10.96.0.1"))
+            srv.compact()
+            status, events = await watch(srv, f"watch=true&resourceVersion={old}&timeoutSeconds=1")
+            if as_event:
+                assert status == 200 and events[0]["type"] == "ERROR"
+                assert events[0]["object"]["code"] == 410 and events[0]["object"]["reason"] == "Expired"
+            else:
+                assert status == 410
+
+    run(scenario())
+
+
+def test_fault_hooks_end_and_drop_streams() -> None:
+    async def scenario() -> None:
+        async with TestApiServer() as srv:
+            ended = asyncio.ensure_future(watch(srv, f"watch=true&resourceVersion={srv.store.rv}"))
+            await eventually(lambda: srv.open_watches == 1)
+            srv.end_watches()
+            assert (await asyncio.wait_for(ended, 2)) == (200, [])
+            dropped = asyncio.ensure_future(watch(srv, f"watch=true&resourceVersion={srv.store.rv}"))
+            await eventually(lambda: srv.open_watches == 1)
+            srv.drop_connections()
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await asyncio.wait_for(dropped, 2)
+            port = srv.port
+            await srv.stop()
+            with pytest.raises(aiohttp.ClientConnectorError):
+                await get(srv, "/version")
+            await srv.start()
+            assert srv.port == port and (await get(srv, "/version"))[0] == 200
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("selector, names", [
+    ("", ["plain", "proxied-elsewhere", "tier-web"]),
+    ("!service.kubernetes.io/service-proxy-name", ["plain", "tier-web"]),
+    ("tier=web", ["tier-web"]),
+    ("tier==web", ["tier-web"]),
+    ("tier!=web", ["plain", "proxied-elsewhere"]),
+    ("tier", ["tier-web"]),
+    ("tier in (web,db)", ["tier-web"]),
+    ("tier notin (web)", ["plain", "proxied-elsewhere"]),
+    ("!service.kubernetes.io/service-proxy-name,tier=web", ["tier-web"]),
+])
+def test_label_selectors(selector: str, names: list[str]) -> None:
+    objs = [service("plain", "10.96.0.1"),
+            service("proxied-elsewhere", "10.96.0.2", labels={"service.kubernetes.io/service-proxy-name": "x"}),
+            service("tier-web", "10.96.0.3", labels={"tier": "web"})]
+    assert [o["metadata"]["name"] for o in objs if label_selector(selector)(o)] == names
+
+
+@pytest.mark.parametrize("selector, names", [
+    ("metadata.name=node-a", ["node-a"]),
+    ("metadata.name==node-b", ["node-b"]),
+    ("metadata.name!=node-a", ["node-b"]),
+])
+def test_field_selectors(selector: str, names: list[str]) -> None:
+    objs = [node("node-a"), node("node-b")]
+    assert [o["metadata"]["name"] for o in objs if field_selector(selector)(o)] == names
+
+
+@pytest.mark.parametrize("text, value", [(t, True) for t in ("1", "t", "T", "TRUE", "true", "True")]
+                         + [(f, False) for f in ("0", "f", "F", "FALSE", "false", "False", "")])
+def test_booleans_parse_like_go(text: str, value: bool) -> None:
+    assert parse_bool(text, "watch") is value
+
+
+def test_bad_boolean_is_rejected() -> None:
+    with pytest.raises(ApiError):
+        parse_bool("yes", "watch")
+
+
+def test_services_get_addresses_allocated_and_keep_them_on_update() -> None:
+    store = Store()
+    created = store.create({"kind": "Service", "metadata": {"name": "np"},
+                            "spec": {"type": "NodePort", "ports": [{"port": 80}]}})
+    ip, node_port = created["spec"]["clusterIP"], created["spec"]["ports"][0]["nodePort"]
+    assert ip.startswith("10.96.") and 30000 <= node_port <= 32767
+    updated = store.update({"kind": "Service", "metadata": {"name": "np"},
+                            "spec": {"type": "NodePort", "ports": [{"port": 80}]}})
+    assert updated["spec"]["clusterIP"] == ip and updated["spec"]["ports"][0]["nodePort"] == node_port
+    with pytest.raises(ApiError) as err:
+        store.update({"kind": "Service", "metadata": {"name": "np", "resourceVersion": "1"}, "spec": {}})
+    assert err.value.code == 409

@@ -1,0 +1,132 @@
+"""The file source: a manifest directory followed with watchfiles; invalid edits keep the last good version."""
+
+from __future__ import annotations
+
+import asyncio
+from ipaddress import ip_address
+from pathlib import Path
+
+import pytest
+
+from netkit.errors import Problem
+from netkit.model.types import AddressType, EndpointSlice, KubeObject, Node, ObjectRef, Service
+from netkit.sources.files import FileSource, keep_last_good
+from netkit.sources.store import Store
+
+from .conftest import background, eventually, run
+
+SVC = """apiVersion: v1
+kind: Service
+metadata: {{name: {name}}}
+spec:
+  clusterIP: {ip}
+  ports: [{{name: http, port: {port}}}]
+"""
+SLICE = """apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- addresses: [10.244.1.1]
+"""
+
+
+def ports(store: Store) -> dict[str, int]:
+    return {s.ref.name: s.ports[0].port for s in store.objects().services}
+
+
+def test_follows_creates_edits_invalid_edits_and_deletes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80) + "---\n" + SLICE)
+        (tmp_path / "sub" / "api.yml").write_text(SVC.format(name="api", ip="10.96.0.11", port=80))
+        (tmp_path / "notes.txt").write_text("not a manifest")
+        store = Store()
+        source = FileSource([str(tmp_path)], store, debounce_ms=20, step_ms=10)
+        async with background(source.run()):
+            await asyncio.wait_for(store.wait_synced(), 5)
+            assert ports(store) == {"api": 80, "web": 80}
+            assert [s.ref.name for s in store.objects().slices] == ["web-1"]
+            store.take_changes()
+
+            (tmp_path / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=81) + "---\n" + SLICE)
+            await eventually(lambda: ports(store).get("web") == 81, what="an edit")
+            [change] = store.take_changes().values()
+            assert change.key.kind == "Service" and change.key.ref.name == "web"  # the slice did not change
+
+            (tmp_path / "web.yaml").write_text("kind: Service\nmetadata: [unclosed\n")  # unparseable
+            await eventually(lambda: bool(store.problems), what="a problem")
+            assert ports(store) == {"api": 80, "web": 81}
+            assert len(store.objects().slices) == 1
+
+            (tmp_path / "sub" / "api.yml").write_text(SVC.format(name="api", ip="10.96.0.11", port=99999))
+            await eventually(lambda: tmp_path / "sub" / "api.yml" in store.problems, what="an invalid object")
+            assert ports(store)["api"] == 80
+
+            (tmp_path / "new.json").write_text(
+                '{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"}}')
+            await eventually(lambda: [n.name for n in store.objects().nodes] == ["node-a"], what="a new file")
+
+            (tmp_path / "web.yaml").unlink()
+            await eventually(lambda: "web" not in ports(store), what="a delete")
+            assert store.objects().slices == ()
+            assert tmp_path / "web.yaml" not in store.problems
+
+    run(scenario())
+
+
+def test_a_single_file_path_is_followed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        path = tmp_path / "svc.yaml"
+        path.write_text(SVC.format(name="web", ip="10.96.0.10", port=80))
+        (tmp_path / "other.yaml").write_text(SVC.format(name="other", ip="10.96.0.12", port=80))
+        store = Store()
+        async with background(FileSource([str(path)], store, debounce_ms=20, step_ms=10).run()):
+            await asyncio.wait_for(store.wait_synced(), 5)
+            assert ports(store) == {"web": 80}
+            # an editor's save: write a new file, rename it over the old one
+            (tmp_path / ".svc.yaml.tmp").write_text(SVC.format(name="web", ip="10.96.0.10", port=82))
+            (tmp_path / ".svc.yaml.tmp").rename(path)
+            await eventually(lambda: ports(store) == {"web": 82}, what="a rename over the file")
+
+    run(scenario())
+
+
+def test_a_missing_path_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        run(FileSource([str(tmp_path / "nope")], Store()).run())
+
+
+WEB1 = Service(ObjectRef("default", "web"), cluster_ips=(ip_address("10.96.0.10"),))
+WEB2 = Service(ObjectRef("default", "web"), cluster_ips=(ip_address("10.96.0.20"),))
+API1 = Service(ObjectRef("prod", "api"), cluster_ips=(ip_address("10.96.0.11"),))
+NODE = Node("node-a")
+LEGACY = EndpointSlice(ObjectRef("default", "web-legacy-0-ipv4"), "web", AddressType.IPV4,
+                       from_legacy_endpoints=True)
+
+
+def problem(kind: str, name: str) -> Problem:
+    return Problem("f.yaml", kind, name, "spec", "bad")
+
+
+Objs = tuple[KubeObject, ...]
+KEEP: list[tuple[str, Objs, Objs, tuple[Problem, ...], Objs]] = [
+    ("valid edit replaces", (WEB1, API1), (WEB2,), (), (WEB2,)),
+    ("unparseable keeps everything", (WEB1, API1), (), (problem("?", "?"),), (WEB1, API1)),
+    ("first load unparseable gives nothing", (), (), (problem("?", "?"),), ()),
+    ("invalid object keeps its previous version", (WEB1, API1), (WEB2,), (problem("Service", "prod/api"),),
+     (WEB2, API1)),
+    ("name without namespace means default", (WEB1,), (), (problem("Service", "web"),), (WEB1,)),
+    ("invalid legacy Endpoints keeps its slices", (LEGACY,), (), (problem("Endpoints", "default/web"),), (LEGACY,)),
+    ("invalid node keeps the node", (NODE,), (), (problem("Node", "node-a"),), (NODE,)),
+    ("a problem about another object keeps nothing", (WEB1,), (), (problem("Service", "prod/web"),), ()),
+]
+
+
+@pytest.mark.parametrize("name, previous, decoded, problems, expected", KEEP, ids=[k[0] for k in KEEP])
+def test_keep_last_good(name: str, previous: tuple[KubeObject, ...], decoded: tuple[KubeObject, ...],
+                        problems: tuple[Problem, ...], expected: tuple[KubeObject, ...]) -> None:
+    assert keep_last_good(previous, decoded, problems) == expected

@@ -1,0 +1,125 @@
+"""kubectl v1.32 against the test API server: create, get, replace, delete, get -w. Also the RBAC check
+helper, fed by what the netkit source itself requested."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from netkit.sources.kube import ApiSettings, KubeSource
+from netkit.sources.store import Store
+from netkit.testing.apiserver import TestApiServer, rbac_uncovered
+
+from .conftest import FAST, background, run
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+
+MANIFEST = """apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  labels: {{app: web}}
+spec:
+  selector: {{app: web}}
+  ports:
+  - {{name: http, port: {port}, targetPort: 8080}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  labels: {{kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{{name: http, port: 8080}}]
+endpoints:
+- addresses: [10.244.1.1]
+"""
+
+
+class Kubectl:
+    def __init__(self, srv: TestApiServer, tmp: Path) -> None:
+        self.tmp = tmp
+        self.base = ["kubectl", f"--kubeconfig={srv.write_kubeconfig(tmp / 'kubeconfig')}",
+                     f"--cache-dir={tmp / 'cache'}", "--request-timeout=10s"]
+
+    async def __call__(self, *args: str) -> str:
+        proc = await asyncio.create_subprocess_exec(*self.base, *args, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, f"kubectl {' '.join(args)}: {err.decode()}"
+        return out.decode()
+
+    def manifest(self, port: int) -> str:
+        path = self.tmp / f"web-{port}.yaml"
+        path.write_text(MANIFEST.format(port=port))
+        return str(path)
+
+
+def test_kubectl_create_get_replace_delete(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with TestApiServer() as srv:
+            kubectl = Kubectl(srv, tmp_path)
+            out = await kubectl("create", "--validate=false", "-f", kubectl.manifest(80))
+            assert "service/web created" in out and "endpointslice.discovery.k8s.io/web-1 created" in out
+            assert "web" in await kubectl("get", "services")
+            svc = json.loads(await kubectl("get", "service", "web", "-o", "json"))
+            assert svc["spec"]["ports"][0]["port"] == 80 and svc["spec"]["clusterIP"].startswith("10.96.")
+            out = await kubectl("replace", "--validate=false", "-f", kubectl.manifest(81))
+            assert "service/web replaced" in out
+            svc = json.loads(await kubectl("get", "svc", "web", "-o", "json"))
+            assert svc["spec"]["ports"][0]["port"] == 81
+            names = await kubectl("get", "endpointslices", "-o", "name")
+            assert names.split() == ["endpointslice.discovery.k8s.io/web-1"]
+            out = await kubectl("delete", "-f", kubectl.manifest(81))
+            assert 'service "web" deleted' in out
+            assert (await kubectl("get", "services", "-o", "name")).strip() == ""
+            verbs = {(a.verb, a.resource) for a in srv.audit if a.resource}
+            assert {("create", "services"), ("get", "services"), ("update", "services"),
+                    ("delete", "services"), ("list", "services")} <= verbs
+
+    run(scenario())
+
+
+def test_kubectl_get_watch_sees_a_create(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with TestApiServer() as srv:
+            kubectl = Kubectl(srv, tmp_path)
+            proc = await asyncio.create_subprocess_exec(*kubectl.base, "get", "services", "-w", "-o", "name",
+                                                        stdout=asyncio.subprocess.PIPE,
+                                                        stderr=asyncio.subprocess.PIPE)
+            try:
+                while srv.open_watches == 0:
+                    await asyncio.sleep(0.02)
+                await kubectl("create", "--validate=false", "-f", kubectl.manifest(80))
+                assert proc.stdout is not None
+                line = await asyncio.wait_for(proc.stdout.readline(), 10)
+                assert line.decode().strip() == "service/web"
+            finally:
+                proc.terminate()
+                await proc.wait()
+
+    run(scenario())
+
+
+def test_rbac_check_finds_requests_a_role_does_not_allow() -> None:
+    async def scenario() -> None:
+        async with TestApiServer() as srv:
+            store = Store()
+            async with background(KubeSource(ApiSettings(master=srv.url), store, node_name="node-a",
+                                             options=FAST).run()):
+                await asyncio.wait_for(store.wait_synced(), 5)
+            role = {"rules": [
+                {"apiGroups": [""], "resources": ["services", "nodes"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+            ]}
+            assert rbac_uncovered(srv.audit, role) == []
+            narrow = {"rules": role["rules"][:1]}
+            assert {a.resource for a in rbac_uncovered(srv.audit, narrow)} == {"endpointslices"}
+            assert {a.path for a in rbac_uncovered(srv.audit, role, include_discovery=True)} == \
+                {"/apis/discovery.k8s.io/v1/"}
+
+    run(scenario())
