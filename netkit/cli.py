@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "netkit.commands",
     "netkit.dns.command",
     "netkit.lab.command",
+    "netkit.runtime.command",
 )
 
 

@@ -1,0 +1,230 @@
+"""`netkit run`: the node daemon. One asyncio process:
+
+    source (API reflectors or manifest files) ─► Store ─► changes ─► Runner.request()
+                                                   │
+                        Runner (min/max interval) ─┴─► NodeState ─► Syncer.sync (worker thread)
+                                                                    ├─► kernel rules, conntrack
+                                                                    ├─► health check node ports
+                                                                    └─► DNS view (--dns-listen)
+    /healthz /livez (ProxyHealth)      /metrics (kube-proxy's names)
+
+Nothing is written until every source has completed its first list (a restart never flushes working
+rules, an API outage never empties them: the store keeps the last known objects while reflectors
+back off). SIGTERM and SIGINT stop the daemon and leave the rules in place; `--cleanup` removes them.
+Constructing a Daemon does no IO; `run()` starts everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+from netkit.config import Config
+from netkit.model import IPFamily, NodeState, build
+from netkit.model.types import LAST_CHANGE_TRIGGER_TIME, EndpointSlice
+from netkit.rules.backend import Backend
+from netkit.runtime.conntrack import ConntrackCleaner
+from netkit.runtime.health import ProxyHealth, ServiceHealthServers, make_listener, proxy_health_app, service_health
+from netkit.runtime.metrics import Metrics
+from netkit.runtime.runner import Runner
+from netkit.runtime.syncer import SyncResult, Syncer
+from netkit.sources.store import Change, Store
+
+log = logging.getLogger("netkit.daemon")
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonOptions:
+    config: Config
+    families: tuple[IPFamily, ...] = (IPFamily.IPV4, IPFamily.IPV6)
+    netns: str | None = None
+    files: tuple[str, ...] = ()  # manifest source; empty: the Kubernetes API
+    api: Any = None  # netkit.sources.kube.ApiSettings
+    healthz_address: str | None = "0.0.0.0:10256"
+    metrics_address: str | None = "127.0.0.1:10249"
+    health_check_host: str = "0.0.0.0"
+    dns_listen: str | None = None
+    dns_upstreams: tuple[str, ...] = ()
+    conntrack: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Daemon:
+    def __init__(self, options: DaemonOptions, backend: Backend) -> None:
+        cfg = options.config
+        self.options = options
+        self.store = Store()
+        self.metrics = Metrics()
+        self.health = ProxyHealth(cfg.sync_period)
+        self.syncer = Syncer(cfg, backend, options.families, netns=options.netns,
+                             conntrack=ConntrackCleaner(options.netns) if options.conntrack else None)
+        self.runner = Runner(self._sync, min_interval=cfg.min_sync_period, max_interval=cfg.sync_period)
+        self.service_health = ServiceHealthServers(options.netns, options.health_check_host)
+        self.state: NodeState | None = None
+        self.last_result: SyncResult | None = None
+        self.synced = asyncio.Event()  # set after the first successful sync
+        self._trigger_times: list[float] = []
+        self._dns: Any = None
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        source = self._source()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        http = await self._start_http()
+        tasks = [asyncio.create_task(source.run(), name="source"),
+                 asyncio.create_task(self._follow_changes(), name="changes"),
+                 asyncio.create_task(self._start_runner(), name="runner")]
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if t is not stopper and t.exception():
+                    raise t.exception()  # type: ignore[misc]
+            log.info("stopping; rules stay in place")
+        finally:
+            for t in [*tasks, stopper]:
+                t.cancel()
+            await asyncio.gather(*tasks, stopper, return_exceptions=True)
+            for runner in http:
+                await runner.cleanup()
+            await self.service_health.close()
+            if self._dns is not None:
+                await self._dns.close()
+
+    def _source(self) -> Any:
+        if self.options.files:
+            from netkit.sources.files import FileSource
+            return FileSource(self.options.files, self.store)
+        from netkit.sources.kube import ApiSettings, KubeSource
+        return KubeSource(self.options.api or ApiSettings(), self.store, node_name=self.options.config.node_name,
+                          pods=bool(self.options.dns_listen))
+
+    async def _start_http(self) -> list[web.AppRunner]:
+        runners = []
+        if self.options.healthz_address:
+            runners.append(await _serve(proxy_health_app(self.health), self.options.healthz_address, None))
+        if self.options.metrics_address:
+            app = web.Application()
+
+            async def metrics(_: web.Request) -> web.Response:
+                return web.Response(body=self.metrics.render(), content_type="text/plain")
+
+            app.router.add_get("/metrics", metrics)
+            runners.append(await _serve(app, self.options.metrics_address, None))
+        if self.options.dns_listen:
+            await self._start_dns()
+        return runners
+
+    async def _start_dns(self) -> None:
+        from netkit.dns.engine import Engine
+        from netkit.dns.server import DnsServer
+        from netkit.dns.upstream import Forwarder, parse_address
+        from netkit.dns.view import Options
+
+        options = Options()
+        self._dns_options = options
+        upstreams = [parse_address(u) for u in self.options.dns_upstreams]
+        self._dns = DnsServer(Engine(options), parse_address(self.options.dns_listen or ""), Forwarder(upstreams))
+        await self._dns.start()  # answers SERVFAIL until the first complete view is installed
+
+    async def _start_runner(self) -> None:
+        await self.store.wait_synced()
+        log.info("all sources synced; first sync")
+        self.health.queued()
+        self.runner.request()
+        await self.runner.run()
+
+    # --- changes and syncs -----------------------------------------------------------------------
+
+    async def _follow_changes(self) -> None:
+        while True:
+            changes = await self.store.wait_changes()
+            self._count(changes)
+            self.health.queued()
+            self.metrics.last_queued.set(time.time())
+            if self.store.all_synced:
+                self.runner.request()
+
+    def _count(self, changes: dict[Any, Change]) -> None:
+        for change in changes.values():
+            kind = change.key.kind
+            if kind == "Service":
+                self.metrics.service_changes.inc()
+            elif kind == "EndpointSlice":
+                self.metrics.endpoint_changes.inc()
+                trigger = _trigger_time(change.after)
+                if trigger is not None:
+                    self._trigger_times.append(trigger)
+        self.metrics.service_changes_pending.set(0)
+
+    async def _sync(self, full: bool) -> bool:
+        objects = self.store.objects()
+        cfg = self.options.config
+        state = build(objects, cfg.node_name, cfg.node_ips)
+        pending, self._trigger_times = self._trigger_times, []
+        result = await asyncio.to_thread(self.syncer.sync, state, full=full)
+        self.last_result = result
+        self._observe(result, pending)
+        if result.error:
+            self.metrics.restore_failures.inc()
+            self._trigger_times = pending + self._trigger_times  # measured once the change lands
+            return False
+        self.state = state
+        self.health.updated()
+        await self.service_health.update(service_health(state))
+        if self._dns is not None:
+            from netkit.dns.view import build as build_view
+            self._dns.set_view(build_view(objects, self._dns_options, serial=int(time.time())))
+        self.synced.set()
+        log.info("sync done", extra={"full": result.full, "seconds": round(result.seconds, 4),
+                                     "chains": result.chains_written, "flows_flushed": result.flows_flushed})
+        return True
+
+    def _observe(self, result: SyncResult, triggers: Sequence[float]) -> None:
+        m = self.metrics
+        m.sync_duration.observe(result.seconds)
+        (m.full_sync_duration if result.full else m.partial_sync_duration).observe(result.seconds)
+        if not result.error:
+            now = time.time()
+            m.last_sync.set(now)
+            for t in triggers:
+                m.network_programming.observe(max(0.0, now - t))
+            if result.flows_flushed:
+                m.conntrack_flushed.inc(result.flows_flushed)
+        m.endpoint_changes_pending.set(self.store.pending)
+
+    def cleanup(self) -> None:
+        self.syncer.cleanup()
+
+
+async def _serve(app: web.Application, address: str, netns: str | None) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.SockSite(runner, make_listener(address, netns)).start()
+    return runner
+
+
+def _trigger_time(obj: Any) -> float | None:
+    if not isinstance(obj, EndpointSlice):
+        return None
+    text = dict(obj.annotations).get(LAST_CHANGE_TRIGGER_TIME)
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

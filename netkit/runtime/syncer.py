@@ -1,0 +1,95 @@
+"""The syncer: NodeState → rules in the kernel, for every IP family, then stale UDP conntrack cleanup.
+
+- Partial sync (the usual case): plan against the ruleset committed last time, kept in memory, so
+  only the chains that changed are written and the kernel is not read.
+- Full sync (periodic, and after any failure): read the kernel back first, so drift — a deleted rule,
+  a flushed table (the canary chain gone) — is repaired. Even then only what differs is written: with
+  iptables-nft, rewriting every chain with --noflush takes minutes at 10k services.
+- A failed apply leaves the previous rules in place (the kernel takes a batch whole or not at all);
+  the committed state is forgotten so the next sync re-reads the kernel.
+- Conntrack cleanup runs after the rules are in, from the difference between the state last applied
+  and the new one (nothing on the first sync after a start: a restart keeps live UDP flows).
+
+`sync()` blocks (it runs tools); the daemon calls it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from netkit.config import Config
+from netkit.errors import KernelError
+from netkit.model import IPFamily, NodeState
+from netkit.rules.backend import Backend
+from netkit.runtime.conntrack import ConntrackCleaner, stale_udp_flows
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    full: bool
+    seconds: float
+    changed: bool  # something was written
+    chains_written: int
+    flows_flushed: int
+    error: str | None = None
+
+
+class Syncer:
+    def __init__(self, config: Config, backend: Backend, families: Sequence[IPFamily], *,
+                 netns: str | None = None, conntrack: ConntrackCleaner | None = None) -> None:
+        self.config = config
+        self.backend = backend
+        self.families = tuple(families)
+        self.kernels = {f: backend.kernel(config, f, netns) for f in self.families}
+        self.committed: dict[IPFamily, Any] = {}
+        self.applied: NodeState | None = None
+        self.conntrack = conntrack
+
+    def sync(self, state: NodeState, *, full: bool) -> SyncResult:
+        start = time.perf_counter()
+        written, changed = 0, False
+        try:
+            for family in self.families:
+                n = self._sync_family(family, state, full)
+                written += n
+                changed = changed or n > 0
+        except KernelError as exc:
+            log.error("sync failed: %s", exc)
+            return SyncResult(full, time.perf_counter() - start, changed, written, 0, str(exc))
+        flushed = 0
+        if self.conntrack is not None:
+            flushes = stale_udp_flows(self.applied, state)
+            try:
+                flushed = self.conntrack.flush(flushes)
+            except OSError as exc:  # never fail a sync over conntrack; kube-proxy logs and goes on
+                log.warning("conntrack cleanup failed: %s", exc)
+        self.applied = state
+        return SyncResult(full, time.perf_counter() - start, changed, written, flushed)
+
+    def _sync_family(self, family: IPFamily, state: NodeState, full: bool) -> int:
+        kernel = self.kernels[family]
+        desired = self.backend.compile(state, self.config, family)
+        base = self.committed.get(family)
+        if full or base is None:
+            base = kernel.dump()
+        plan = self.backend.plan(base, desired)
+        if getattr(plan, "empty", False):
+            self.committed[family] = desired
+            return 0
+        try:
+            kernel.apply(plan)
+        except KernelError:
+            self.committed.pop(family, None)
+            raise
+        self.committed[family] = desired
+        return int(getattr(plan, "chains_written", 1) or 1)
+
+    def cleanup(self) -> None:
+        for kernel in self.kernels.values():
+            kernel.cleanup()
