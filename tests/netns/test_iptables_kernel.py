@@ -34,8 +34,10 @@ def netkit(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def save(netns: str, backend: str, family: str = "iptables") -> str:
-    return subprocess.run(["ip", "netns", "exec", netns, f"{family}-{backend}-save"], capture_output=True,
-                          text=True, check=True).stdout
+    """The dump without its "# Generated … on <time>" comments and counters."""
+    out = subprocess.run(["ip", "netns", "exec", netns, f"{family}-{backend}-save"], capture_output=True,
+                         text=True, check=True).stdout
+    return "\n".join(ln for ln in out.splitlines() if not ln.startswith("#"))
 
 
 def owned_lines(text: str) -> list[str]:
