@@ -126,10 +126,12 @@ class DnsServer:
         sock = self._udp
         if sock is None:
             return
-        engine = self.engine
+        # Hot loop: everything it touches is a local (attribute lookups cost ~40 ns each in CPython)
+        # and errors are handled with plain try/except (contextlib.suppress costs ~1 µs a call).
+        recvfrom, sendto, get = sock.recvfrom, sock.sendto, self.engine.udp_cache.get
         for _ in range(UDP_BATCH):
             try:
-                data, addr = sock.recvfrom(4096)
+                data, addr = recvfrom(4096)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -137,9 +139,12 @@ class DnsServer:
             # The fast path, inlined (see Engine.fast): one find, one dict lookup, one join.
             end = data.find(0, 12)
             if end > 12:
-                hit = engine.udp_cache.get(data[2:12] + data[12:end].lower() + data[end:])
+                hit = get(data[2:12] + data[12:end].lower() + data[end:])
                 if hit is not None:
-                    self._send(sock, data[:2] + hit[0] + data[12:end] + hit[1], addr)
+                    try:
+                        sendto(data[:2] + hit[0] + data[12:end] + hit[1], addr)
+                    except OSError:  # a full buffer or a vanished client: the client retries
+                        pass
                     continue
             self._udp_slow(sock, data, addr)
 
