@@ -230,7 +230,8 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     be = get_backend(config.mode)
     for family in _families(args):
         removed = be.kernel(config, family, args.netns).cleanup()
-        print(f"netkit: {family.value}: removed {removed or 0} chains", file=sys.stderr)
+        what = f"removed {removed} chains" if removed is not None else "removed netkit's objects"
+        print(f"netkit: {family.value}: {what}", file=sys.stderr)
     return 0
 
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(iptables nftables ipset conntrack iproute2 socat ethtool tcpdump dnsutils kmod)
+APT_PACKAGES=(iptables nftables python3-nftables ipset conntrack iproute2 socat ethtool tcpdump dnsutils kmod)
 EXTRA_APT=${NETKIT_EXTRA_APT:-}
 
 missing=()

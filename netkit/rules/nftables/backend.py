@@ -1,0 +1,69 @@
+"""The nftables backend as a `netkit.rules.backend.Backend`: `from netkit.rules.nftables import backend`.
+
+Module-level functions are the protocol's members, so the module object itself is the backend
+(`name`, `compile`, `render`, `plan`, `render_plan`, `summarize`, `kernel`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from netkit.config import Config
+from netkit.model import IPFamily, NodeState
+from netkit.rules.nftables import compile as _compile
+from netkit.rules.nftables import names
+from netkit.rules.nftables import plan as _plan
+from netkit.rules.nftables import render as _render
+from netkit.rules.nftables.kernel import NftKernel
+from netkit.rules.nftables.ruleset import Ruleset
+
+name = "nftables"
+
+
+def family_name(family: IPFamily) -> str:
+    return "ip" if family is IPFamily.IPV4 else "ip6"
+
+
+def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:
+    return _compile.compile(state, config, family)
+
+
+def render(ruleset: Ruleset) -> str:
+    return _render.render(ruleset)
+
+
+def plan(committed: Ruleset | None, desired: Ruleset) -> _plan.Transaction:
+    return _plan.plan(committed, desired)
+
+
+def render_plan(transaction: _plan.Transaction) -> str:
+    return _plan.render_plan(transaction)
+
+
+def summarize(ruleset: Ruleset | None) -> Mapping[str, tuple[str, ...]]:
+    """`ns/svc:port/proto` → the endpoints (`IP:port`, `[IPv6]:port`) its dnat rules can choose,
+    read from the endpoint chains (svc-… and local-…), so a live dump summarises like a compile."""
+    out: dict[str, set[str]] = {}
+    for chain in ruleset.chains if ruleset else ():
+        split = names.split(chain.name)
+        if split is None or split[0] not in ("svc", "local"):
+            continue
+        out.setdefault(split[1], set()).update(ep for rule in chain.rules for ep in dnat_targets(rule))
+    return {k: tuple(sorted(v)) for k, v in sorted(out.items())}
+
+
+def dnat_targets(rule: str) -> list[str]:
+    """Endpoints in a canonical dnat rule: `… to A:P` or `… map { 0 : A . P, … }`."""
+    _, sep, target = rule.partition(" dnat ")
+    if not sep:
+        return []
+    target = target.split(" to ", 1)[1]
+    if " map { " not in target:
+        return [target.split()[0]]
+    body = target.split(" map { ", 1)[1].rstrip(" }")
+    pairs = [item.split(" : ", 1)[1].split(" . ") for item in body.split(", ")]
+    return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip, port in pairs]
+
+
+def kernel(config: Config, family: IPFamily, netns: str | None) -> NftKernel:
+    return NftKernel(family_name(family), netns)

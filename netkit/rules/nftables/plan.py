@@ -1,0 +1,159 @@
+"""plan(committed, desired) -> Transaction: the smallest nft transaction from one table to another.
+
+Theory of operation. The layout (compile.py) puts everything that changes often into map and set
+elements, so most syncs are element adds and deletes — a few bytes of netlink whatever the size of
+the table. Only chains whose rules differ are rewritten (flush + add rules); chains that no longer
+exist are flushed and deleted; sets whose definition changed (an affinity timeout) are recreated,
+and every chain that uses such a set is rewritten with it so the set is unreferenced when deleted.
+
+Order inside the transaction, so every reference resolves and every delete is allowed:
+flush rewritten and stale chains → delete elements → delete stale or redefined sets → delete stale
+chains → add chains → add sets (with elements) → add elements → add rules.
+
+Deferred deletion: kernels before 6.2 refuse to delete, in the same transaction, a chain that a
+just-deleted map element still referenced (the element released its reference only at commit). Such
+chains are flushed in the transaction and listed in `deferred_chains`; `followup()` is the second,
+tiny transaction that deletes them once the first has committed. kube-proxy waits for a later sync;
+a second transaction is all the kernel needs, so the Kernel sends it right away.
+
+No table yet (`committed` None): the transaction creates the whole table in one batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from netkit.rules.nftables.render import hook_line, render, set_spec
+from netkit.rules.nftables.ruleset import Chain, Element, NamedSet, Ruleset
+
+SetElement = tuple[str, Element]
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    family: str
+    table: str = "netkit"
+    create: Ruleset | None = None  # the whole table, when there was none
+    flush_chains: tuple[str, ...] = ()
+    delete_elements: tuple[SetElement, ...] = ()
+    delete_sets: tuple[NamedSet, ...] = ()
+    delete_chains: tuple[str, ...] = ()
+    add_chains: tuple[Chain, ...] = ()  # declared empty; their rules are in `rules`
+    add_sets: tuple[NamedSet, ...] = ()  # with their elements
+    add_elements: tuple[SetElement, ...] = ()
+    rules: tuple[Chain, ...] = ()  # chains whose rules are (re)written, with the rules
+    deferred_chains: tuple[str, ...] = ()  # flushed now, deleted by followup()
+
+    @property
+    def empty(self) -> bool:
+        return self == Transaction(self.family, self.table)
+
+    def followup(self) -> Transaction | None:
+        if not self.deferred_chains:
+            return None
+        return Transaction(self.family, self.table, delete_chains=self.deferred_chains)
+
+
+def plan(committed: Ruleset | None, desired: Ruleset, *, defer: bool = True) -> Transaction:
+    """The transaction that turns the table `committed` (None: absent) into `desired`.
+
+    `defer=False` deletes stale chains in the same transaction (kernels 6.2 and later allow it)."""
+    if committed is None:
+        return Transaction(desired.family, desired.table, create=desired)
+    old_sets, new_sets = committed.set_map(), desired.set_map()
+    old_chains, new_chains = committed.chain_map(), desired.chain_map()
+    redefined = {n for n in old_sets.keys() & new_sets.keys()
+                 if old_sets[n].definition() != new_sets[n].definition()}
+    stale_sets = (old_sets.keys() - new_sets.keys()) | redefined
+    rewrite, recreate = chain_changes(old_chains, new_chains, stale_sets)
+    stale_chains = sorted(old_chains.keys() - new_chains.keys())
+    deleted, added = element_changes(old_sets, new_sets, redefined)
+    released = {e.target for _, e in deleted if e.target}
+    deferred = tuple(c for c in stale_chains if defer and c in released)
+    return Transaction(
+        desired.family, desired.table,
+        flush_chains=tuple(sorted({*rewrite, *stale_chains, *recreate})),
+        delete_elements=tuple(deleted),
+        delete_sets=tuple(old_sets[n] for n in sorted(stale_sets)),
+        delete_chains=tuple(c for c in [*stale_chains, *sorted(recreate)] if c not in deferred),
+        add_chains=tuple(new_chains[c] for c in sorted((new_chains.keys() - old_chains.keys()) | recreate)),
+        add_sets=tuple(new_sets[n] for n in sorted((new_sets.keys() - old_sets.keys()) | redefined)),
+        add_elements=tuple(added),
+        rules=tuple(new_chains[c] for c in sorted({*rewrite, *recreate, *(new_chains.keys() - old_chains.keys())})
+                    if new_chains[c].rules),
+        deferred_chains=deferred,
+    )
+
+
+def chain_changes(old: dict[str, Chain], new: dict[str, Chain], stale_sets: set[str]) -> tuple[set[str], set[str]]:
+    """(chains to rewrite in place, chains to delete and recreate because their hook changed)."""
+    rewrite: set[str] = set()
+    recreate: set[str] = set()
+    for name in old.keys() & new.keys():
+        if old[name].hook != new[name].hook:
+            recreate.add(name)
+        elif old[name].rules != new[name].rules or (stale_sets and old[name].set_refs() & stale_sets):
+            rewrite.add(name)
+    return rewrite, recreate
+
+
+def element_changes(old: dict[str, NamedSet], new: dict[str, NamedSet],
+                    redefined: set[str]) -> tuple[list[SetElement], list[SetElement]]:
+    """Element deletes and adds for sets that exist on both sides with the same definition.
+    A map element whose value changed is deleted and added again (nft 1.0.6 has no replace)."""
+    deleted: list[SetElement] = []
+    added: list[SetElement] = []
+    for name in sorted(old.keys() & new.keys() - redefined):
+        if new[name].dynamic:
+            continue
+        before, after = old[name].elements, new[name].elements
+        deleted.extend((name, e) for e in sorted(before - after))
+        added.extend((name, e) for e in sorted(after - before))
+    return deleted, added
+
+
+# ── the transaction as an nft script ─────────────────────────────────────────────────────────────
+
+def render_transaction(tx: Transaction) -> str:
+    """The `nft -f` script of one transaction (without its follow-up)."""
+    return "".join(line + "\n" for line in script(tx))
+
+
+def render_plan(tx: Transaction) -> str:
+    """The `nft -f` script of the transaction; a deferred second transaction follows after a
+    comment line (the Kernel sends it separately)."""
+    text = render_transaction(tx)
+    follow = tx.followup()
+    if follow:
+        text += "# second transaction, once the first has committed:\n" + render_plan(follow)
+    return text
+
+
+def script(tx: Transaction) -> Iterator[str]:
+    t = f"{tx.family} {tx.table}"
+    if tx.create is not None:
+        yield f"add table {t}"
+        yield from render(tx.create).splitlines()
+        return
+    yield from (f"flush chain {t} {c}" for c in tx.flush_chains)
+    yield from element_commands("delete", t, tx.delete_elements, keys_only=True)
+    yield from (f"delete {'map' if s.is_map else 'set'} {t} {s.name}" for s in tx.delete_sets)
+    yield from (f"delete chain {t} {c}" for c in tx.delete_chains)
+    for c in tx.add_chains:
+        yield f"add chain {t} {c.name} {{ {hook_line(c.hook)} }}" if c.hook else f"add chain {t} {c.name}"
+    for s in tx.add_sets:
+        yield f"add {'map' if s.is_map else 'set'} {t} {s.name} {set_spec(s)}"
+        if s.elements and not s.dynamic:
+            yield from element_commands("add", t, [(s.name, e) for e in sorted(s.elements)])
+    yield from element_commands("add", t, tx.add_elements)
+    yield from (f"add rule {t} {c.name} {rule}" for c in tx.rules for rule in c.rules)
+
+
+def element_commands(verb: str, t: str, elements: Iterable[SetElement], *, keys_only: bool = False) -> Iterator[str]:
+    """One command per set, elements comma-separated (one netlink batch message per set)."""
+    by_set: dict[str, list[str]] = {}
+    for name, e in elements:
+        by_set.setdefault(name, []).append(e.key if keys_only else e.text())
+    for name, items in by_set.items():
+        yield f"{verb} element {t} {name} {{ {', '.join(items)} }}"

@@ -1,0 +1,70 @@
+"""render(ruleset) -> the `nft -f` script that creates the table; render_set / render_chain for parts.
+
+The script is line-structured on purpose: one declaration line per set attribute, one element per
+line, one rule per line. nft reads it as it stands, people can diff it, and `parse.parse_text` reads
+it back without a general nft grammar (the round trip `parse(render(x)) == x` is a property test).
+Rules are already in canonical nft syntax (see ruleset.py), so they are written verbatim.
+
+The plan's transaction script (`render_plan`) lives in plan.py next to the Transaction it renders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from netkit.rules.nftables.ruleset import Chain, Hook, NamedSet, Ruleset
+
+INDENT = "\t"
+
+
+def render(ruleset: Ruleset) -> str:
+    lines = [f"table {ruleset.family} {ruleset.table} {{"]
+    for s in ruleset.sets:
+        lines.extend(INDENT + line for line in set_block(s))
+    for c in ruleset.chains:
+        lines.extend(INDENT + line for line in chain_block(c))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def set_block(s: NamedSet, *, with_elements: bool = True) -> Iterator[str]:
+    yield f"{'map' if s.is_map else 'set'} {s.name} {{"
+    yield from (INDENT + line for line in set_attributes(s))
+    if with_elements and s.elements and not s.dynamic:
+        yield from (INDENT + line for line in elements_block(sorted(e.text() for e in s.elements)))
+    yield "}"
+
+
+def set_attributes(s: NamedSet) -> Iterator[str]:
+    key = " . ".join(s.key_type)
+    yield f"type {key} : {s.value_type}" if s.value_type else f"type {key}"
+    if s.size is not None:
+        yield f"size {s.size}"
+    if s.flags:
+        yield f"flags {','.join(s.flags)}"
+    if s.timeout is not None:
+        yield f"timeout {s.timeout}s"
+
+
+def elements_block(items: list[str]) -> Iterator[str]:
+    yield "elements = {"
+    for i, item in enumerate(items):
+        yield INDENT + item + ("," if i < len(items) - 1 else "")
+    yield "}"
+
+
+def chain_block(c: Chain) -> Iterator[str]:
+    yield f"chain {c.name} {{"
+    if c.hook:
+        yield INDENT + hook_line(c.hook)
+    yield from (INDENT + rule for rule in c.rules)
+    yield "}"
+
+
+def hook_line(h: Hook) -> str:
+    return f"type {h.type} hook {h.hook} priority {h.priority}; policy {h.policy};"
+
+
+def set_spec(s: NamedSet) -> str:
+    """One-line body of `add set`/`add map`: `{ type …; flags …; }`."""
+    return "{ " + "".join(f"{a}; " for a in set_attributes(s)) + "}"
