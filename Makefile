@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test unit lint bench-compile clean
+.PHONY: setup demo test test-host test-vm unit lint bench-compile clean
 
 setup:
 	@scripts/setup.sh
@@ -10,8 +10,17 @@ setup:
 demo: setup
 	$(PY) -m netkit.demo
 
+# Host tests (unit, goldens, network namespaces) under xdist, then the IPVS tests inside one VM boot
+# (this kernel has no IPVS; vm-images/ builds a small VM from Debian's kernel, cached in .cache/vm).
 test: setup
 	$(PY) -m pytest -n auto -q $(PYTEST_ARGS) tests
+	vm-images/run-tests
+
+test-host: setup
+	$(PY) -m pytest -n auto -q $(PYTEST_ARGS) tests
+
+test-vm: setup
+	vm-images/run-tests
 
 unit: setup
 	$(PY) -m pytest -n auto -q tests/unit

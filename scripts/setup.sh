@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(iptables nftables python3-nftables ipset conntrack iproute2 socat ethtool tcpdump dnsutils kmod)
+APT_PACKAGES=(iptables nftables python3-nftables ipset ipvsadm conntrack iproute2 socat ethtool tcpdump dnsutils kmod
+              qemu-system-x86 busybox-static xz-utils)
 EXTRA_APT=${NETKIT_EXTRA_APT:-}
 
 missing=()

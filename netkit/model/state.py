@@ -87,6 +87,7 @@ class ServicePortState:
     cluster_endpoints: tuple[EndpointAddr, ...] = ()
     local_endpoints: tuple[EndpointAddr, ...] = ()
     has_endpoints: bool = False  # any usable endpoint anywhere (decides REJECT vs DROP)
+    annotations: tuple[tuple[str, str], ...] = ()  # the Service's (per-service options, e.g. IPVS scheduler)
 
     @property
     def externally_accessible(self) -> bool:
@@ -171,6 +172,7 @@ def _port_state(svc: Service, sp: ServicePort, cluster_ip: IPAddress, family: IP
         external_policy_local=etp_local,
         internal_policy_local=svc.internal_traffic_policy is TrafficPolicy.LOCAL,
         health_check_node_port=hcnp,
+        annotations=svc.annotations,
     )
     endpoints = merge_endpoints(slices, sp, family, node.name)
     cluster, local, has_any = categorize(endpoints, base, node.zone)

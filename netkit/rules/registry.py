@@ -20,7 +20,9 @@ def backend(mode: str) -> Backend:
     if module is None:
         raise NetkitError(f"--mode {mode!r}: not one of {', '.join(_MODULES)}")
     try:
-        return cast(Backend, importlib.import_module(module))
+        loaded = importlib.import_module(module)
+        # A backend is either the module itself or an object it exports as BACKEND.
+        return cast(Backend, getattr(loaded, "BACKEND", loaded))
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("netkit.rules."):
             raise NetkitError(f"--mode {mode}: this backend is not built yet") from exc

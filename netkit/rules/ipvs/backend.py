@@ -1,0 +1,46 @@
+"""IPVS mode behind `netkit.rules.backend.Backend`: what `--mode ipvs` of compile/diff/apply uses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from netkit.config import Config
+from netkit.model import IPFamily, NodeState
+from netkit.rules.ipvs import compiler
+from netkit.rules.ipvs import planner as plan_mod
+from netkit.rules.ipvs import ruleset as rs
+from netkit.rules.ipvs.kernel import IPVSKernel
+
+
+class IPVSBackend:
+    name = "ipvs"
+
+    def compile(self, state: NodeState, config: Config, family: IPFamily) -> rs.Ruleset:
+        return compiler.compile(state, config, family)
+
+    def render(self, ruleset: rs.Ruleset) -> str:
+        return rs.render(ruleset)
+
+    def plan(self, committed: rs.Ruleset, desired: rs.Ruleset) -> plan_mod.Plan:
+        return plan_mod.plan(committed, desired)
+
+    def render_plan(self, plan: plan_mod.Plan) -> str:
+        return plan_mod.render_plan(plan)
+
+    def summarize(self, ruleset: rs.Ruleset) -> Mapping[str, tuple[str, ...]]:
+        """Service port ("ns/svc:port/proto", from the clusterIP virtual server's comment) → its real
+        servers with a non-zero weight. A kernel dump carries no names: its virtual servers are
+        keyed by "proto IP:port" instead."""
+        out: dict[str, tuple[str, ...]] = {}
+        for vs in ruleset.services:
+            if vs.comment and not vs.comment.endswith(" cluster IP"):
+                continue
+            key = f"{vs.comment.removesuffix(' cluster IP')}/{vs.protocol.lower}" if vs.comment else str(vs.key)
+            out[key] = tuple(rs.hostport(r.ip, r.port) for r in vs.reals if r.weight > 0)
+        return out
+
+    def kernel(self, config: Config, family: IPFamily, netns: str | None) -> IPVSKernel:
+        return IPVSKernel(family, netns)
+
+
+BACKEND = IPVSBackend()

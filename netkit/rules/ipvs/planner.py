@@ -1,0 +1,201 @@
+"""plan(committed, desired) → Plan: the smallest change, and graceful termination of real servers.
+
+- Virtual servers are matched by key (protocol, IP, port or fwmark). A new one is added with its real
+  servers; a changed scheduler or persistence is `set` in place (IPVS keeps its connections); a
+  removed one is deleted.
+- Real servers of a kept virtual server are matched by (IP, port). New ones are added, changed
+  weights set. A removed one is drained when it is TCP and still has active connections: its weight
+  goes to 0 (new connections avoid it, established ones go on) and a later plan, made from a fresh
+  kernel dump, deletes it once ActiveConn is 0. We do not wait for InActConn: IPVS keeps TIME_WAIT
+  entries for a fixed 2 minutes and counts them as inactive, and dropping them harms nobody.
+  UDP and SCTP real servers are deleted at once (with vs/expire_nodest_conn=1 their flows move on).
+- Set entries and kube-ipvs0 addresses are diffed as sets. The iptables payload is restored only
+  when its digest differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from netkit.model import IPFamily, Protocol
+from netkit.model.types import IPAddress
+from netkit.rules.ipvs import names as n
+from netkit.rules.ipvs.compiler import payload_digest
+from netkit.rules.ipvs.ruleset import (
+    IPSet,
+    RealServer,
+    Ruleset,
+    VirtualServer,
+    _real_line,
+    _service_line,
+    render_addresses,
+    sort_services,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    family: IPFamily
+    add_addresses: tuple[IPAddress, ...] = ()
+    del_addresses: tuple[IPAddress, ...] = ()
+    create_sets: tuple[IPSet, ...] = ()  # with their entries
+    add_entries: tuple[tuple[str, str], ...] = ()  # (set, entry)
+    del_entries: tuple[tuple[str, str], ...] = ()
+    destroy_sets: tuple[str, ...] = ()
+    add_services: tuple[VirtualServer, ...] = ()  # with their real servers
+    set_services: tuple[VirtualServer, ...] = ()
+    del_services: tuple[VirtualServer, ...] = ()
+    add_reals: tuple[tuple[VirtualServer, RealServer], ...] = ()
+    set_reals: tuple[tuple[VirtualServer, RealServer], ...] = ()  # new weight (0 = draining)
+    del_reals: tuple[tuple[VirtualServer, RealServer], ...] = ()
+    iptables: str = ""  # payload to restore; "" = unchanged
+    draining: int = 0  # real servers left at weight 0 with live connections after this plan
+
+    @property
+    def empty(self) -> bool:
+        return not any(getattr(self, f.name) for f in fields(self) if f.name not in ("family", "draining"))
+
+
+def plan(committed: Ruleset, desired: Ruleset) -> Plan:
+    addr_now, addr_want = committed.addresses, desired.addresses
+    same_payload = payload_digest(committed.iptables) == payload_digest(desired.iptables)
+    base = Plan(desired.family, add_addresses=_sorted_ips(addr_want - addr_now),
+                del_addresses=_sorted_ips(addr_now - addr_want),
+                iptables="" if same_payload or not desired.iptables else desired.iptables)
+    return _plan_services(committed, desired, _plan_sets(committed.sets, desired.sets, base))
+
+
+def _sorted_ips(ips: frozenset[IPAddress]) -> tuple[IPAddress, ...]:
+    return tuple(sorted(ips, key=lambda a: (a.version, int(a))))
+
+
+def _plan_sets(now: tuple[IPSet, ...], want: tuple[IPSet, ...], p: Plan) -> Plan:
+    old = {s.name: s for s in now}
+    new = {s.name: s for s in want}
+    add: list[tuple[str, str]] = []
+    delete: list[tuple[str, str]] = []
+    for name in sorted(old.keys() & new.keys()):
+        add += [(name, e) for e in sorted(new[name].entries - old[name].entries)]
+        delete += [(name, e) for e in sorted(old[name].entries - new[name].entries)]
+    return replace(p, create_sets=tuple(new[k] for k in sorted(new.keys() - old.keys())), add_entries=tuple(add),
+                   del_entries=tuple(delete), destroy_sets=tuple(sorted(old.keys() - new.keys())))
+
+
+Pairs = list[tuple[VirtualServer, RealServer]]
+
+
+def _plan_services(committed: Ruleset, desired: Ruleset, p: Plan) -> Plan:
+    old = {s.key: s for s in committed.services}
+    new = {s.key: s for s in desired.services}
+    add_r: Pairs = []
+    set_r: Pairs = []
+    del_r: Pairs = []
+    changed: list[VirtualServer] = []
+    draining = 0
+    for key in sorted(old.keys() & new.keys(), key=lambda k: k.sort_key):
+        have, want = old[key], new[key]
+        if have.spec != want.spec:
+            changed.append(want)
+        draining += _plan_reals(have, want, add_r, set_r, del_r)
+    return replace(
+        p,
+        add_services=tuple(new[k] for k in sorted(new.keys() - old.keys(), key=lambda k: k.sort_key)),
+        del_services=tuple(old[k] for k in sorted(old.keys() - new.keys(), key=lambda k: k.sort_key)),
+        set_services=tuple(changed), add_reals=tuple(add_r), set_reals=tuple(set_r), del_reals=tuple(del_r),
+        draining=draining)
+
+
+def _plan_reals(have: VirtualServer, want: VirtualServer, add_r: Pairs, set_r: Pairs, del_r: Pairs) -> int:
+    """Real-server changes of one kept virtual server; returns how many are left draining."""
+    old = {r.key: r for r in have.reals}
+    new = {r.key: r for r in want.reals}
+    draining = 0
+    for key in sorted(new):
+        if key not in old:
+            add_r.append((want, new[key]))
+        elif old[key].weight != new[key].weight:
+            set_r.append((want, new[key]))
+    for key in sorted(old.keys() - new.keys()):
+        rs = old[key]
+        if want.protocol is Protocol.TCP and rs.active > 0:
+            draining += 1
+            if rs.weight != 0:
+                set_r.append((want, replace(rs, weight=0)))
+        else:
+            del_r.append((want, rs))
+    return draining
+
+
+def apply_to(committed: Ruleset, p: Plan) -> Ruleset:
+    """What the kernel holds after `p` is applied to `committed` (the fake kernel's model, and what
+    the daemon keeps in memory as the new committed state)."""
+    services = {s.key: s for s in committed.services}
+    for s in p.del_services:
+        services.pop(s.key, None)
+    for s in p.add_services:
+        services[s.key] = s
+    for s in p.set_services:
+        services[s.key] = replace(services[s.key], scheduler=s.scheduler, persistent=s.persistent)
+    for vs, rs in p.add_reals + p.set_reals:
+        cur = services[vs.key]
+        others = tuple(r for r in cur.reals if r.key != rs.key)
+        old = next((r for r in cur.reals if r.key == rs.key), None)
+        rs = replace(rs, active=old.active, inactive=old.inactive) if old else rs
+        services[vs.key] = replace(cur, reals=tuple(sorted((*others, rs))))
+    for vs, rs in p.del_reals:
+        cur = services[vs.key]
+        services[vs.key] = replace(cur, reals=tuple(r for r in cur.reals if r.key != rs.key))
+    sets = {s.name: s for s in committed.sets if s.name not in p.destroy_sets}
+    sets.update({s.name: s for s in p.create_sets})
+    for name, entry in p.add_entries:
+        sets[name] = replace(sets[name], entries=sets[name].entries | {entry})
+    for name, entry in p.del_entries:
+        sets[name] = replace(sets[name], entries=sets[name].entries - {entry})
+    addresses = (committed.addresses | set(p.add_addresses)) - set(p.del_addresses)
+    return Ruleset(committed.family, sort_services(list(services.values())), frozenset(addresses),
+                   tuple(sorted(sets.values(), key=lambda s: s.name)), p.iptables or committed.iptables)
+
+
+def owned(services: tuple[VirtualServer, ...], addresses: frozenset[IPAddress],
+          sets: tuple[IPSet, ...]) -> tuple[VirtualServer, ...]:
+    """The virtual servers netkit created, among all those in the kernel (see the package doc)."""
+    node_ports: dict[Protocol, frozenset[str]] = {}
+    for p in Protocol:
+        entries: frozenset[str] = frozenset()
+        for s in sets:
+            base = n.NODE_PORT.format(proto=p.value)
+            if s.name in (base, n.set_name(base, IPFamily.IPV6)):
+                entries = entries | s.entries
+        node_ports[p] = entries
+
+    def mine(s: VirtualServer) -> bool:
+        if s.fwmark:
+            return s.fwmark & n.FWMARK_HIGH == n.FWMARK_BASE
+        return s.ip in addresses or str(s.port) in node_ports[s.protocol]
+
+    return tuple(s for s in services if mine(s))
+
+
+def render_plan(p: Plan) -> str:
+    """The plan as readable commands, in the order the kernel applies them."""
+    lines = [f"# netkit ipvs plan ({p.family.value})"]
+    lines += [f"ipset create {s.create_line().removeprefix('create ')}" for s in p.create_sets]
+    lines += [f"ipset add {s.name} {e}" for s in p.create_sets for e in sorted(s.entries)]
+    lines += [f"ipset add {name} {e}" for name, e in p.add_entries]
+    lines += [line for a in p.add_addresses for line in render_addresses(frozenset({a})).splitlines()[1:]]
+    if p.iptables:
+        lines += ["iptables-restore --noflush <<EOF", p.iptables.rstrip("\n"), "EOF"]
+    for s in p.add_services:
+        lines += ["ipvsadm " + _service_line(s)] + ["ipvsadm " + _real_line(s, r) for r in s.reals]
+    lines += ["ipvsadm " + _service_line(s).replace("-A ", "-E ", 1) for s in p.set_services]
+    lines += ["ipvsadm " + _real_line(s, r) for s, r in p.add_reals]
+    lines += ["ipvsadm " + _real_line(s, r).replace("-a ", "-e ", 1)
+              + ("  # draining" if r.weight == 0 else "") for s, r in p.set_reals]
+    lines += [f"ipvsadm -d {s.address()} -r {_real_line(s, r).split(' -r ')[1].split()[0]}" for s, r in p.del_reals]
+    lines += [f"ipvsadm -D {s.address()}" for s in p.del_services]
+    lines += [f"ipset del {name} {e}" for name, e in p.del_entries]
+    lines += [f"ipset destroy {name}" for name in p.destroy_sets]
+    lines += [f"ip addr del {a}/{a.max_prefixlen} dev {n.INTERFACE}" for a in p.del_addresses]
+    if p.draining:
+        lines.append(f"# {p.draining} real server(s) draining (weight 0, live connections): deleted by a later sync")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,230 @@
+"""The IPVS backend's Ruleset: virtual servers with their real servers, the kube-ipvs0 addresses, the
+ipsets and the iptables payload that IPVS mode still needs.
+
+`render()` prints it readably: the virtual servers in `ipvsadm-save -n` syntax (so the section can be
+fed to `ipvsadm-restore`), the addresses as `ip addr` lines, the sets in `ipset save` syntax and the
+iptables payload as `iptables-restore` input. `parse(render(r)) == r`.
+
+Connection counters (active/inactive) of real servers are read from the kernel for graceful
+termination; they are not part of a real server's identity or equality.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from ipaddress import ip_address
+
+from netkit.model import IPFamily, Protocol
+from netkit.model.types import IPAddress
+
+SCHEDULERS = frozenset({"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf",
+                        "mh", "twos"})
+_FLAG = {Protocol.TCP: "-t", Protocol.UDP: "-u", Protocol.SCTP: "--sctp-service"}
+
+
+def hostport(ip: IPAddress, port: int) -> str:
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RealServer:
+    """An endpoint behind a virtual server, always NAT ("masq": the only method that remaps ports)."""
+
+    ip: IPAddress
+    port: int
+    weight: int = 1
+    active: int = field(default=0, compare=False)
+    inactive: int = field(default=0, compare=False)
+
+    @property
+    def key(self) -> tuple[IPAddress, int]:
+        return (self.ip, self.port)
+
+
+@dataclass(frozen=True, slots=True)
+class VirtualServer:
+    """One IPVS service: (protocol, IP, port), or a firewall mark (then ip is None and port 0)."""
+
+    protocol: Protocol
+    ip: IPAddress | None
+    port: int
+    scheduler: str = "rr"
+    persistent: int | None = None  # ClientIP affinity timeout in seconds
+    fwmark: int = 0
+    family: IPFamily = IPFamily.IPV4
+    reals: tuple[RealServer, ...] = ()
+    comment: str = field(default="", compare=False)  # "ns/svc:port cluster IP"; not in the kernel
+
+    @property
+    def key(self) -> VSKey:
+        return VSKey(self.protocol, self.ip, self.port, self.fwmark)
+
+    @property
+    def spec(self) -> tuple[str, int | None]:
+        """What `service set` changes in place."""
+        return (self.scheduler, self.persistent)
+
+    def address(self) -> str:
+        return f"-f {self.fwmark}" if self.fwmark else f"{_FLAG[self.protocol]} {hostport(self.ip, self.port)}"  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class VSKey:
+    """What identifies a virtual server in the kernel."""
+
+    protocol: Protocol
+    ip: IPAddress | None
+    port: int
+    fwmark: int = 0
+
+    @property
+    def sort_key(self) -> tuple[int, int, int, int, str]:
+        ip = self.ip
+        return (self.fwmark, ip.version if ip else 0, int(ip) if ip else 0, self.port, self.protocol.value)
+
+    def __str__(self) -> str:
+        if self.fwmark:
+            return f"fwmark {self.fwmark:#x}"
+        return f"{self.protocol.lower} {hostport(self.ip, self.port)}"  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class IPSet:
+    name: str
+    type: str  # "hash:ip,port", "bitmap:port", ...
+    family: IPFamily
+    entries: frozenset[str] = frozenset()  # in `ipset save` syntax: "10.96.0.10,tcp:80", "30080"
+    comment: str = field(default="", compare=False)
+
+    def create_line(self) -> str:
+        if self.type.startswith("bitmap:port"):
+            return f"create {self.name} {self.type} range 0-65535"
+        fam = "inet" if self.family is IPFamily.IPV4 else "inet6"
+        return f"create {self.name} {self.type} family {fam} hashsize 1024 maxelem 65536"
+
+
+@dataclass(frozen=True, slots=True)
+class Ruleset:
+    family: IPFamily
+    services: tuple[VirtualServer, ...] = ()  # sorted by key
+    addresses: frozenset[IPAddress] = frozenset()  # on kube-ipvs0
+    sets: tuple[IPSet, ...] = ()  # sorted by name
+    iptables: str = ""  # iptables-restore --noflush payload; "" = not known (a dump does not read it)
+
+    def service(self, key: VSKey) -> VirtualServer | None:
+        return next((s for s in self.services if s.key == key), None)
+
+    def set(self, name: str) -> IPSet | None:
+        return next((s for s in self.sets if s.name == name), None)
+
+
+def sort_services(services: list[VirtualServer] | tuple[VirtualServer, ...]) -> tuple[VirtualServer, ...]:
+    return tuple(sorted(services, key=lambda s: s.key.sort_key))
+
+
+# ---------------------------------------------------------------- render / parse
+
+def render(r: Ruleset) -> str:
+    return "\n".join([f"# netkit ipvs ruleset ({r.family.value})", render_ipvs(r.services),
+                      render_addresses(r.addresses), render_sets(r.sets), render_iptables(r.iptables)])
+
+
+def render_ipvs(services: tuple[VirtualServer, ...]) -> str:
+    lines = ["# ipvs virtual servers (ipvsadm-save -n)"]
+    for s in services:
+        lines.append(_service_line(s))
+        lines += [_real_line(s, rs) for rs in sorted(s.reals)]
+    return "\n".join(lines) + "\n"
+
+
+def _service_line(s: VirtualServer) -> str:
+    line = f"-A {s.address()} -s {s.scheduler}"
+    if s.persistent:
+        line += f" -p {s.persistent}"
+    return line + (f"  # {s.comment}" if s.comment else "")
+
+
+def _real_line(s: VirtualServer, rs: RealServer) -> str:
+    return f"-a {s.address()} -r {hostport(rs.ip, rs.port)} -m -w {rs.weight}"
+
+
+def render_addresses(addresses: frozenset[IPAddress]) -> str:
+    lines = ["# addresses on kube-ipvs0"]
+    lines += [f"ip addr add {a}/{a.max_prefixlen} dev kube-ipvs0"
+              for a in sorted(addresses, key=lambda a: (a.version, int(a)))]
+    return "\n".join(lines) + "\n"
+
+
+def render_sets(sets: tuple[IPSet, ...]) -> str:
+    lines = ["# ipsets (ipset save)"]
+    for s in sets:
+        lines.append(s.create_line())
+        lines += [f"add {s.name} {e}" for e in sorted(s.entries)]
+    return "\n".join(lines) + "\n"
+
+
+def render_iptables(payload: str) -> str:
+    return "# iptables (iptables-restore --noflush)\n" + payload
+
+
+_SVC = re.compile(r"^-A (?:(-t|-u|--sctp-service) (\S+)|-f (\d+)) -s (\S+)(?: -p (\d+))?(?:  # (.*))?$")
+_RS = re.compile(r"^-a (?:(?:-t|-u|--sctp-service) (\S+)|-f (\d+)) -r (\S+) -m -w (\d+)$")
+_PROTO = {"-t": Protocol.TCP, "-u": Protocol.UDP, "--sctp-service": Protocol.SCTP}
+
+
+def split_hostport(text: str) -> tuple[IPAddress, int]:
+    host, _, port = text.rpartition(":")
+    return ip_address(host.strip("[]")), int(port)
+
+
+def parse(text: str) -> Ruleset:
+    """The inverse of `render` (used by golden tests and `netkit diff` against a saved ruleset)."""
+    sections: dict[str, list[str]] = {}
+    current = ""
+    family = IPFamily.IPV4
+    for line in text.splitlines():
+        if line.startswith("# netkit ipvs ruleset ("):
+            family = IPFamily(line.split("(")[1].rstrip(")"))
+        elif line.startswith("# ") and current != "iptables":
+            current = line.split()[1]
+        elif line or current == "iptables":
+            sections.setdefault(current, []).append(line)
+    payload = "\n".join(sections.get("iptables", []))
+    return Ruleset(family, _parse_ipvs(sections.get("ipvs", []), family),
+                   frozenset(ip_address(a.split()[3].split("/")[0]) for a in sections.get("addresses", [])),
+                   _parse_sets(sections.get("ipsets", []), family),
+                   payload + "\n" if payload.strip() else "")
+
+
+def _parse_ipvs(lines: list[str], family: IPFamily) -> tuple[VirtualServer, ...]:
+    services: list[VirtualServer] = []
+    for line in lines:
+        if m := _SVC.match(line):
+            flag, hp, mark, sched, persist, comment = m.groups()
+            ip, port = split_hostport(hp) if hp else (None, 0)
+            services.append(VirtualServer(_PROTO.get(flag, Protocol.TCP), ip, port, sched,
+                                          int(persist) if persist else None, int(mark or 0), family,
+                                          (), comment or ""))
+        elif m := _RS.match(line):
+            ip, port = split_hostport(m.group(3))
+            last = services[-1]
+            services[-1] = _with_reals(last, (*last.reals, RealServer(ip, port, int(m.group(4)))))
+    return sort_services(services)
+
+
+def _with_reals(s: VirtualServer, reals: tuple[RealServer, ...]) -> VirtualServer:
+    from dataclasses import replace
+    return replace(s, reals=tuple(sorted(reals)))
+
+
+def _parse_sets(lines: list[str], family: IPFamily) -> tuple[IPSet, ...]:
+    sets: dict[str, IPSet] = {}
+    for line in lines:
+        words = line.split()
+        if words[0] == "create":
+            sets[words[1]] = IPSet(words[1], words[2], family)
+        elif words[0] == "add":
+            s = sets[words[1]]
+            sets[words[1]] = IPSet(s.name, s.type, s.family, s.entries | {words[2]})
+    return tuple(sorted(sets.values(), key=lambda s: s.name))

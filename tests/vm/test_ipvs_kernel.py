@@ -1,0 +1,190 @@
+"""IPVS mode on a real kernel (inside the test VM), with real packets from a client namespace.
+
+Each test programs the node namespace through the same path as `netkit apply --mode ipvs`:
+compile → plan(kernel.dump(), desired) → kernel.apply, then sends TCP/UDP from the client.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import replace
+from ipaddress import ip_address
+
+import pytest
+
+from netkit.config import Config
+from netkit.errors import KernelError
+from netkit.model import IPFamily, NodeState, Protocol
+from netkit.rules.ipvs import compile, plan
+from netkit.rules.ipvs.fake import FakeKernel
+from netkit.rules.ipvs.kernel import IPVSKernel
+from netkit.rules.ipvs.ruleset import RealServer, Ruleset, VirtualServer
+from tests.unit.ipvs_states import sp, state
+from tests.vm.ipvslab import NODE_IP, POD_IPS, Lab, sh, wait_for
+
+CONFIG = Config(mode="ipvs")
+V4 = IPFamily.IPV4
+TCP_BACKENDS = [f"{ip}:8080/tcp" for ip in POD_IPS]
+UDP_BACKENDS = [f"{ip}:5353/udp" for ip in POD_IPS]
+
+
+@pytest.fixture(scope="module")
+def served(lab: Lab) -> Lab:
+    lab.start_backends(TCP_BACKENDS + UDP_BACKENDS)
+    return lab
+
+
+@pytest.fixture
+def kernel(served: Lab) -> Iterator[IPVSKernel]:
+    k = IPVSKernel(V4, served.node)
+    yield k
+    k.cleanup()
+
+
+def sync(k: IPVSKernel, desired: NodeState | Ruleset, config: Config = CONFIG) -> Ruleset:
+    want = desired if isinstance(desired, Ruleset) else compile(desired, config, V4)
+    k.apply(plan(k.dump(), want))
+    return want
+
+
+def reals(k: IPVSKernel, ip: str, port: int) -> dict[str, RealServer]:
+    vs = next(v for v in k.dump().services if str(v.ip) == ip and v.port == port)
+    return {str(r.ip): r for r in vs.reals}
+
+
+def test_clusterip_and_nodeport_tcp_udp_round_robin(kernel: IPVSKernel, served: Lab) -> None:
+    sync(kernel, state(sp("web", "10.96.0.10", 80, POD_IPS, node_port=30080),
+                       sp("dns", "10.96.0.53", 53, POD_IPS, proto=Protocol.UDP, target=5353)))
+    tcp = served.tcp_hits("10.96.0.10", 80, 30)
+    assert sorted(tcp.values()) == [10, 10, 10], tcp  # rr: exactly even
+    assert set(tcp) == {f"{ip}:8080" for ip in POD_IPS}
+    udp = served.udp_hits("10.96.0.53", 53, 9)
+    assert sorted(udp.values()) == [3, 3, 3], udp
+    nodeport = served.tcp_hits(NODE_IP, 30080, 6)
+    assert sorted(nodeport.values()) == [2, 2, 2], nodeport
+
+
+def test_weighted_scheduler_follows_weights(kernel: IPVSKernel, served: Lab) -> None:
+    desired = compile(state(sp("web", "10.96.0.10", 80, POD_IPS[:2])), replace(CONFIG, ipvs_scheduler="wrr"), V4)
+    weights = {POD_IPS[0]: 3, POD_IPS[1]: 1}
+    vs = desired.services[0]
+    weighted = replace(vs, reals=tuple(replace(r, weight=weights[str(r.ip)]) for r in vs.reals))
+    sync(kernel, replace(desired, services=(weighted,)))
+    hits = served.tcp_hits("10.96.0.10", 80, 40)
+    assert hits == {f"{POD_IPS[0]}:8080": 30, f"{POD_IPS[1]}:8080": 10}, hits
+
+
+def test_persistence_keeps_a_client_on_one_real_server(kernel: IPVSKernel, served: Lab) -> None:
+    sync(kernel, state(sp("sticky", "10.96.0.13", 80, POD_IPS, affinity=600)))
+    hits = served.tcp_hits("10.96.0.13", 80, 12)
+    assert len(hits) == 1, hits
+    dumped = kernel.dump().services[0]
+    assert dumped.persistent == 600 and dumped.scheduler == "rr"
+
+
+def test_removed_endpoint_drains_gracefully(kernel: IPVSKernel, served: Lab) -> None:
+    sync(kernel, state(sp("web", "10.96.0.10", 80, POD_IPS)))
+    conns = [served.connect("10.96.0.10", 80) for _ in range(3)]  # rr: one on each real server
+    conn, victim = next((s, who) for s, who in conns if who.startswith(POD_IPS[0] + ":"))
+    for s, _ in conns:
+        if s is not conn:
+            s.close()
+    remaining = tuple(ip for ip in POD_IPS if ip != POD_IPS[0])
+    sync(kernel, state(sp("web", "10.96.0.10", 80, remaining)))
+    rs = reals(kernel, "10.96.0.10", 80)
+    assert rs[POD_IPS[0]].weight == 0 and rs[POD_IPS[0]].active == 1  # draining, not gone
+    conn.sendall(b"still there\n")
+    assert conn.recv(100) == b"still there\n"  # the open connection keeps working
+    assert POD_IPS[0] + ":8080" not in served.tcp_hits("10.96.0.10", 80, 6)  # new ones avoid it
+    sync(kernel, state(sp("web", "10.96.0.10", 80, remaining)))
+    assert POD_IPS[0] in reals(kernel, "10.96.0.10", 80)  # still connected: still there
+    conn.close()
+    assert wait_for(lambda: reals(kernel, "10.96.0.10", 80)[POD_IPS[0]].active == 0, timeout=10)
+    sync(kernel, state(sp("web", "10.96.0.10", 80, remaining)))
+    assert POD_IPS[0] not in reals(kernel, "10.96.0.10", 80)
+
+
+def test_udp_real_server_is_removed_at_once(kernel: IPVSKernel, served: Lab) -> None:
+    sync(kernel, state(sp("dns", "10.96.0.53", 53, POD_IPS, proto=Protocol.UDP, target=5353)))
+    served.udp_hits("10.96.0.53", 53, 3)
+    sync(kernel, state(sp("dns", "10.96.0.53", 53, POD_IPS[1:], proto=Protocol.UDP, target=5353)))
+    assert POD_IPS[0] not in reals(kernel, "10.96.0.53", 53)
+
+
+def test_service_losing_all_endpoints_rejects(kernel: IPVSKernel, served: Lab) -> None:
+    sync(kernel, state(sp("web", "10.96.0.10", 80, POD_IPS),
+                       sp("dns", "10.96.0.53", 53, POD_IPS, proto=Protocol.UDP, target=5353)))
+    sync(kernel, state(sp("web", "10.96.0.10", 80, ()), sp("dns", "10.96.0.53", 53, (), proto=Protocol.UDP)))
+    s = served.socket(socket.SOCK_STREAM)
+    with pytest.raises(ConnectionRefusedError):  # refused at once, not a timeout
+        s.connect(("10.96.0.10", 80))
+    s.close()
+    u = served.socket(socket.SOCK_DGRAM)
+    u.connect(("10.96.0.53", 53))
+    u.send(b"hi")
+    with pytest.raises(ConnectionRefusedError):  # ICMP port unreachable
+        u.recv(100)
+    u.close()
+
+
+def test_apply_twice_is_a_noop(kernel: IPVSKernel) -> None:
+    desired = state(sp("web", "10.96.0.10", 80, POD_IPS, node_port=30080, external_ips=("198.51.100.10",)),
+                    sp("sticky", "10.96.0.13", 80, POD_IPS[:1], affinity=600),
+                    sp("lb", "10.96.0.12", 80, POD_IPS, lb_ips=("198.51.100.100",), node_port=30081,
+                       source_ranges=("203.0.113.0/28",), local_eps=POD_IPS[:1], etp_local=True),
+                    sp("dns", "10.96.0.53", 53, POD_IPS, proto=Protocol.UDP, target=5353))
+    want = sync(kernel, desired)
+    again = plan(kernel.dump(), want)
+    assert again.empty, again
+    sync(kernel, replace(desired, ports=(desired.ports[0], desired.ports[1], desired.ports[3])))  # no eTP=Local marks
+    sync(kernel, desired)  # and back: a changed payload twice, the entry jumps must not pile up
+    saved = sh("ip", "netns", "exec", kernel.netns, "iptables-save")
+    assert saved.count('"kubernetes service portals" -j KUBE-SERVICES') == 2, saved  # PREROUTING, OUTPUT
+    assert saved.count("-j KUBE-IPVS-INTERNAL") == 2, saved
+
+
+def test_foreign_virtual_servers_survive_apply_and_cleanup(kernel: IPVSKernel, served: Lab) -> None:
+    node = served.node
+    sh("ip", "netns", "exec", node, "ipvsadm", "-A", "-t", "203.0.113.5:80", "-s", "wlc")
+    sh("ip", "netns", "exec", node, "ipvsadm", "-A", "-t", f"{NODE_IP}:8000", "-s", "rr")
+    sync(kernel, state(sp("web", "10.96.0.10", 80, POD_IPS, node_port=30080)))
+    sync(kernel, state(sp("other", "10.96.0.20", 80, POD_IPS[:1])))
+    kernel.cleanup()
+    listing = sh("ip", "netns", "exec", node, "ipvsadm", "-Ln")
+    assert "203.0.113.5:80" in listing and f"{NODE_IP}:8000" in listing, listing
+    assert "10.96.0." not in listing and "30080" not in listing, listing
+    sh("ip", "netns", "exec", node, "ipvsadm", "-C")
+
+
+def test_etp_local_does_not_black_hole_in_cluster_traffic(kernel: IPVSKernel, served: Lab) -> None:
+    """kubernetes#75262: no local endpoint, yet the node itself reaches the LB IP through the
+    cluster endpoints (fwmark service), while the LB IP's own virtual server has no real server."""
+    sync(kernel, state(sp("lb", "10.96.0.12", 80, POD_IPS[:2], lb_ips=("198.51.100.100",), etp_local=True)))
+    assert reals(kernel, "198.51.100.100", 80) == {}
+    with served.entered(served.node):
+        s = socket.create_connection(("198.51.100.100", 80), timeout=5)
+        who = s.makefile().readline().strip()
+        s.close()
+    assert who in {f"{ip}:8080" for ip in POD_IPS[:2]}
+
+
+def test_fake_kernel_refuses_what_the_kernel_refuses(kernel: IPVSKernel) -> None:
+    base = compile(state(sp("web", "10.96.0.10", 80, POD_IPS)), CONFIG, V4)
+    sync(kernel, base)
+    fake = FakeKernel(V4)
+    fake.apply(plan(fake.dump(), base))
+    vs = base.services[0]
+    bad_plans = {
+        "unknown scheduler": plan(base, replace(base, services=(replace(vs, scheduler="nope"),))),
+        "duplicate service": replace(plan(base, base), add_services=(vs,)),
+        "missing real": replace(plan(base, base), del_reals=((vs, RealServer(vs.reals[0].ip, 9999)),)),
+        "multicast real": replace(plan(base, base), add_reals=((vs, RealServer(ip_address("224.0.0.1"), 80)),)),
+        "missing service": replace(plan(base, base), del_services=(VirtualServer(Protocol.TCP, vs.ip, 81),)),
+    }
+    for what, p in bad_plans.items():
+        with pytest.raises(KernelError):
+            fake.apply(p)
+        with pytest.raises(KernelError, match="."):
+            kernel.apply(p)
+        assert plan(kernel.dump(), base).empty, what  # the refused change left the kernel as it was
