@@ -1,82 +1,205 @@
-"""`make demo`: netkit's main job on the bundled examples, in a throwaway network namespace.
+"""`make demo`: netkit on the bundled examples in a throwaway lab, with real traffic.
 
-compile → dry-run diff (what would change) → apply → diff again (now empty) → clean up. The
-namespace gets a unique name and is always removed, also on failure, Ctrl-C or SIGTERM.
+    build the lab (netkit/lab) → `netkit diff` (dry run: what would change) → `netkit apply` into node A
+    → `netkit diff` again (now in sync) → for each example service: real connections from a client,
+    tallied by the backend that answered and the source address it saw, next to `trace`'s prediction
+    over the rules node A now holds → tear the lab down.
+
+The lab is always removed, also on failure, Ctrl-C or SIGTERM (`netkit.lab.running`). Needs root.
+The netkit commands run as the CLI a user would type; the traffic and the prediction use the library.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
-import signal
+import re
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from ipaddress import ip_address
 from pathlib import Path
-from types import FrameType
+
+from netkit.lab import Lab, Reply, running
+from netkit.model import IPFamily
+from netkit.model.types import IPAddress
+from netkit.rules.iptables.kernel import IptablesKernel
+from netkit.rules.iptables.trace import Outcome, Packet, trace
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+BACKEND = "nft"  # iptables-nft, Debian's default; `legacy` works the same
 NODE_ARGS = ["--node-name", "node-a", "--cluster-cidr", "10.244.0.0/16", "--cluster-cidr", "fd00:244::/56"]
+SERVICE_LINE = re.compile(r"^\s+[+~-] \S+/\S+")  # "  + default/web:http 3 endpoints"
+BOLD, PLAIN = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
 
 
-def _step(title: str) -> None:
-    print(f"\n\033[1m== {title}\033[0m", flush=True)
+@dataclass(frozen=True)
+class Scenario:
+    """One example service port, reached by one client."""
+
+    service: str
+    where: str  # lab role sending the traffic
+    dst: str
+    port: int
+    proto: str = "tcp"
+    src: str | None = None  # bind address (the external client has several)
+    count: int = 60
+    timeout: float = 2.0
 
 
-def _netkit(*args: str, show: int = 40) -> int:
-    cmd = [sys.executable, "-m", "netkit", *args]
+SCENARIOS = (
+    Scenario("web  ClusterIP", "client-a", "10.96.0.10", 80),
+    Scenario("web  ClusterIP", "node-a", "10.96.0.10", 80),
+    Scenario("web  ClusterIP", "client", "10.96.0.10", 80, src="203.0.113.5"),
+    Scenario("web-nodeport  NodePort", "client", "192.0.2.10", 30080, src="203.0.113.5"),
+    Scenario("web-lb  LoadBalancer, eTP=Local", "client", "198.51.100.100", 80, src="203.0.113.5"),
+    Scenario("web-lb  LoadBalancer, outside its source ranges", "client", "198.51.100.100", 80,
+             src="203.0.113.100", count=1, timeout=1.0),
+    Scenario("shop/sticky  externalIP, ClientIP affinity", "client", "198.51.100.10", 80, src="203.0.113.5",
+             count=20),
+    Scenario("kube-system/kube-dns  UDP", "client-a", "10.96.0.53", 53, "udp"),
+    Scenario("kube-system/kube-dns  TCP", "client-a", "10.96.0.53", 53),
+    Scenario("dual  IPv6 ClusterIP", "client-a", "fd00:96::14", 80),
+)
+
+
+def title(text: str) -> None:
+    print(f"\n{BOLD}== {text}{PLAIN}", flush=True)
+
+
+def netkit(args: Sequence[str], *, keep: str = "all") -> int:
+    """Run the CLI as a user would; `keep="services"` shows only the per-service summary lines."""
     print("$ netkit " + " ".join(args), flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    lines = proc.stdout.splitlines()
-    for line in lines[:show]:
+    proc = subprocess.run([sys.executable, "-m", "netkit", *args], capture_output=True, text=True)
+    lines = proc.stdout.splitlines() + proc.stderr.splitlines()
+    shown = lines if keep == "all" else [ln for ln in lines if not ln.startswith(" ") or SERVICE_LINE.match(ln)]
+    for line in shown:
         print("  " + line)
-    if len(lines) > show:
-        print(f"  … ({len(lines) - show} more lines)")
-    for line in proc.stderr.splitlines():
-        print("  " + line)
-    print(f"  (exit status {proc.returncode})", flush=True)
+    if len(shown) < len(lines):
+        print(f"  … and {len(lines) - len(shown)} lines of rule diff (run `netkit diff` to see them all)")
     return proc.returncode
 
 
-@contextlib.contextmanager
-def throwaway_netns() -> Iterator[str]:
-    name = f"netkit-demo-{uuid.uuid4().hex[:8]}"
+def node_addresses(lab: Lab) -> tuple[IPAddress, ...]:
+    out = lab.exec("node-a", ["ip", "-j", "addr", "show"]).stdout
+    return tuple(ip_address(a["local"]) for link in json.loads(out) for a in link.get("addr_info", ()))
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, on_term)
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
-        signal.signal(signal.SIGTERM, old)
+def source_of(lab: Lab, s: Scenario) -> IPAddress:
+    """The address a scenario's connections leave with (before any NAT)."""
+    if s.src:
+        return ip_address(s.src)
+    family = ip_address(s.dst).version
+    return lab.node_a.address(family) if s.where == "node-a" else lab.pod(s.where).address(family)
+
+
+def pod_name(lab: Lab, destination: str) -> str:
+    host = ip_address(destination.rpartition(":")[0].strip("[]"))
+    return next((p.name for p in lab.pods if host in (p.ipv4, p.ipv6)), destination)
+
+
+def predict(lab: Lab, s: Scenario, local: tuple[IPAddress, ...]) -> list[Outcome]:
+    dst = ip_address(s.dst)
+    live = IptablesKernel(IPFamily.of(dst), lab.node_a.netns, BACKEND).dump()
+    return trace(live, Packet(source_of(lab, s), dst, s.port, s.proto, local_addresses=local))
+
+
+def report(lab: Lab, s: Scenario, local: tuple[IPAddress, ...]) -> bool:
+    """Send the scenario's traffic, print its table; True when the kernel did what trace predicted."""
+    src = source_of(lab, s)
+    outcomes = predict(lab, s, local)
+    replies = lab.connect_many(s.where, s.dst, s.port, s.proto, src=s.src, count=s.count, timeout=s.timeout)
+    target = f"[{s.dst}]:{s.port}" if ":" in s.dst else f"{s.dst}:{s.port}"
+    print(f"\n{BOLD}{s.service}{PLAIN}: {s.where} ({src}) → {target}/{s.proto}, {s.count} connection(s)")
+    if any(o.verdict != "accept" for o in outcomes) or not any(o.destination for o in outcomes):
+        return refused_or_dropped(replies, outcomes)
+    predicted = {pod_name(lab, o.destination): o for o in outcomes if o.destination}
+    got = Counter(r.backend for r in replies)
+    sticky = any("--set" in st.rule and "-m recent" in st.rule for o in outcomes for st in o.steps)
+    print(f"  {'backend':10} {'answered':>9}   {'trace':>6}   source the backend saw")
+    ok = not got.keys() - predicted.keys()
+    for name in sorted(predicted.keys() | {k for k in got if k}):
+        seen = sorted({r.source for r in replies if r.backend == name and r.source}, key=str)
+        o = predicted.get(name)
+        expect = "?" if o is None else ("masqueraded" if o.masquerade else "kept")
+        saw = ", ".join(map(str, seen)) + (f"  ({describe(src, seen, local)}; trace: {expect})" if seen else "-")
+        share = f"{got[name]:3} {round(got[name] * 100 / max(s.count, 1)):3}%"
+        print(f"  {name:10} {share:>9}   {o.probability * 100 if o else 0:5.1f}%   {saw}")
+        ok = ok and o is not None and all(source_agrees(src, a, o.masquerade, local) for a in seen)
+    failed = Counter(r.outcome.name for r in replies if not r.answered)
+    if failed:
+        print(f"  failed: {dict(failed)}")
+    if sticky:
+        ok = ok and len({r.backend for r in replies}) == 1
+        print("  ClientIP affinity: trace gives the first connection's odds; every later one sticks to it")
+    ok = ok and not failed
+    print("  " + ("✓ the kernel agrees with trace" if ok else "✗ the kernel DIFFERS from trace"))
+    return ok
+
+
+def source_agrees(src: IPAddress, seen: IPAddress, masquerade: bool, local: tuple[IPAddress, ...]) -> bool:
+    """Masqueraded: the backend saw one of node A's addresses (for the node's own traffic that may be
+    the very address it sent from). Kept: it saw the client's own address."""
+    if masquerade:
+        return seen in local and (seen != src or src in local)
+    return seen == src
+
+
+def describe(src: IPAddress, seen: list[IPAddress], local: tuple[IPAddress, ...]) -> str:
+    if all(a in local for a in seen):
+        return "node A's address"
+    return "the client's own" if all(a == src for a in seen) else "another address"
+
+
+def refused_or_dropped(replies: list[Reply], outcomes: list[Outcome]) -> bool:
+    got = Counter(r.outcome.name for r in replies)
+    for o in outcomes:
+        why = f"{o.reason.table} {o.reason.chain} rule {o.reason.index}" if o.reason else "no rule: untranslated"
+        print(f"  trace: {o.probability * 100:.0f}% {o.verdict.upper()}, decided by {why}")
+    secs = max(r.seconds for r in replies)
+    print(f"  kernel: {', '.join(f'{n} {k}' for k, n in got.items())} after {secs:.2f}s")
+    expected = {"drop": "TIMEOUT", "reject": "REFUSED"}.get(outcomes[0].verdict, "TIMEOUT")
+    ok = set(got) == {expected}
+    print("  " + ("✓ the kernel agrees with trace" if ok else "✗ the kernel DIFFERS from trace"))
+    return ok
 
 
 def main() -> int:
     if os.geteuid() != 0:
-        print("make demo needs root: it creates a network namespace", file=sys.stderr)
+        print("make demo needs root: it builds a lab of network namespaces", file=sys.stderr)
         return 2
-    files = ["-f", str(EXAMPLES)]
-    _step("compile the bundled examples (no root needed for this step)")
-    _netkit("compile", *files, *NODE_ARGS, "--ip-family", "ipv4", show=25)
-    with throwaway_netns() as ns:
-        kernel = ["--netns", ns]
-        _step(f"dry run against an empty node (network namespace {ns})")
-        pending = _netkit("diff", *files, *NODE_ARGS, *kernel, "--ip-family", "ipv4", show=20)
-        _step("apply")
-        _netkit("apply", *files, *NODE_ARGS, *kernel)
-        _step("dry run again: nothing left to do")
-        in_sync = _netkit("diff", *files, *NODE_ARGS, *kernel)
-        _step("clean up")
-        _netkit("cleanup", *kernel)
-    ok = pending == 1 and in_sync == 0
-    print("\ndemo " + ("finished: diff showed the changes, apply made them, diff is now empty"
-                       if ok else "FAILED"))
+    try:
+        return demo()
+    except KeyboardInterrupt:
+        print("\ninterrupted: the lab was torn down", file=sys.stderr)
+        return 130
+
+
+def demo() -> int:
+    started = time.monotonic()
+    title("build the lab: a client, node A (under test), node B, pods answering with their name")
+    with running() as lab:
+        print(f"lab {lab.id}: node A is network namespace {lab.node_a.netns}")
+        kernel = ["--netns", lab.node_a.netns, "--iptables-backend", BACKEND]
+        files = ["-f", str(EXAMPLES.relative_to(Path.cwd()) if EXAMPLES.is_relative_to(Path.cwd()) else EXAMPLES)]
+        title("dry run: what netkit would change on this empty node")
+        pending = netkit(["diff", *files, *NODE_ARGS, *kernel], keep="services")
+        title("apply")
+        netkit(["apply", *files, *NODE_ARGS, *kernel])
+        title("dry run again: nothing left to do")
+        in_sync = netkit(["diff", *files, *NODE_ARGS, *kernel])
+        title("real traffic through node A, next to `netkit trace` over the rules it now holds")
+        local = node_addresses(lab)
+        agree = [report(lab, s, local) for s in SCENARIOS]
+        print("\ndb (headless) and search (ExternalName) have no ClusterIP: no proxy rules, only DNS.")
+        title("tear the lab down")
+    ok = pending == 1 and in_sync == 0 and all(agree)
+    print(f"demo {'finished' if ok else 'FAILED'} in {time.monotonic() - started:.1f}s: "
+          f"{sum(agree)}/{len(agree)} services behaved as trace predicted; the lab is gone")
     return 0 if ok else 1
 
 

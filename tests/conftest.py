@@ -23,6 +23,13 @@ def need_root_and(*tools: str) -> None:
             pytest.skip(f"needs {tool} (installed by make test)")
 
 
+@pytest.fixture(autouse=True)
+def _private_xtables_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """iptables-legacy serialises on one lock file for every namespace on the machine; a long
+    restore elsewhere (a benchmark, another worker) must not make these tests time out."""
+    monkeypatch.setenv("XTABLES_LOCKFILE", str(tmp_path / "xtables.lock"))
+
+
 @pytest.fixture
 def netns() -> Iterator[str]:
     """A fresh, empty network namespace with loopback up; removed afterwards, also on failure."""

@@ -87,10 +87,10 @@ class Probe:
 def craft_and_send(specs: Sequence[ProbeSpec]) -> list[Sent]:
     """Runs in the forked child, inside the source namespace: Scapy is imported only here."""
     from scapy.layers.inet import IP, TCP, UDP
-    from scapy.layers.inet6 import IPv6
+    from scapy.layers.inet6 import IPv6, L3RawSocket6
     from scapy.layers.sctp import SCTP, SCTPChunkInit
     from scapy.packet import Packet, Raw
-    from scapy.sendrecv import send
+    from scapy.supersocket import L3RawSocket
 
     packets: list[Packet] = []
     sent: list[Sent] = []
@@ -109,7 +109,17 @@ def craft_and_send(specs: Sequence[ProbeSpec]) -> list[Sent]:
         packet = l3 / l4
         packets.append(packet)
         sent.append(Sent(spec.token, ip_address(packet.src), sport))
-    send(packets, verbose=False)
+    # Raw IP sockets, not Scapy's own routing and link layer: the kernel of the source namespace
+    # routes the probe, so a probe from a node passes that node's nat OUTPUT hook like any
+    # locally generated packet (Scapy's default L3 sender writes frames straight onto the routed
+    # interface and skips netfilter there).
+    sockets = {4: L3RawSocket(), 6: L3RawSocket6()}  # type: ignore[no-untyped-call]
+    try:
+        for crafted in packets:
+            sockets[6 if crafted.haslayer(IPv6) else 4].send(crafted)
+    finally:
+        for sock in sockets.values():
+            sock.close()
     return sent
 
 
@@ -197,7 +207,7 @@ def send_probes(from_netns: str, specs: Sequence[ProbeSpec], at: Mapping[str, tu
     finally:
         for sock in sniffers.values():
             sock.close()
-    return tuple(Probe(spec, out, tuple(seen[spec.token])) for spec, out in zip(specs, sent))
+    return tuple(Probe(spec, out, tuple(seen[spec.token])) for spec, out in zip(specs, sent, strict=True))
 
 
 def specs(dst: str | IPAddress, port: int, proto: str = "tcp", *, count: int = 1,
