@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import replace
-from ipaddress import ip_network
+from ipaddress import ip_address, ip_network
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +17,17 @@ from hypothesis import strategies as st
 
 from netkit.config import Config
 from netkit.errors import KernelError
-from netkit.model import IPFamily, build
+from netkit.model import (
+    EndpointAddr,
+    IPFamily,
+    NodeInfo,
+    NodeState,
+    ObjectRef,
+    Protocol,
+    ServicePortName,
+    build,
+)
+from netkit.model.state import ServicePortState
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel, load_nftables_module
 from netkit.rules.nftables.plan import Transaction, plan
@@ -84,6 +94,32 @@ def test_kernel_apply_plan_turns_a_into_b(netns: str, data: st.DataObject, famil
     assert k.dump() == a
     k.apply(plan(a, b))
     assert k.dump() == b
+
+
+def _service(family: IPFamily, protocol: Protocol, hosts: tuple[int, ...]) -> NodeState:
+    net = "10.244.1." if family is IPFamily.IPV4 else "fd00:244:0:1::"
+    cluster_ip = ip_address("10.96.0.10" if family is IPFamily.IPV4 else "fd00:96::10")
+    eps = tuple(EndpointAddr(ip_address(f"{net}{h}"), 8080) for h in hosts)
+    port = ServicePortState(ServicePortName(ObjectRef("default", "web"), "http"), family, protocol, cluster_ip, 80,
+                            endpoints=eps, cluster_endpoints=eps, has_endpoints=True)
+    return NodeState(NodeInfo("node-a"), (port,))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("protocol", list(Protocol), ids=lambda p: p.lower)
+@pytest.mark.parametrize("family", list(IPFamily), ids=lambda f: f.value)
+def test_endpoint_changes_update_the_existing_endpoint_map(netns: str, family: IPFamily, protocol: Protocol,
+                                                           transport: str) -> None:
+    """The rule is rewritten against a map the kernel already holds (nft then checks the map's typeof
+    against the rule's protocol), and the map's elements are deleted and re-added in place."""
+    steps = [(11, 12, 13), (12, 13), (12, 13, 14, 15), (11,), (11, 12)]
+    k = kernel(netns, "ip" if family is IPFamily.IPV4 else "ip6", transport)
+    committed = None
+    for hosts in steps:
+        desired = compile(_service(family, protocol, hosts), CONFIG, family)
+        k.apply(plan(committed, desired))
+        committed = k.dump()
+        assert committed == desired, hosts
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -69,9 +69,11 @@ def test_clusterip_dispatch_is_one_map_element_and_one_dnat_rule() -> None:
     assert elements(rs, "service-ips") == {"10.96.0.10 . tcp . 80": f"goto {svc}"}
     assert rs.chain_map()[svc].rules == (
         "ip daddr 10.96.0.10 th dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade",
-        ("meta l4proto tcp dnat ip to numgen random mod 3 map "
-         "{ 0 : 10.244.1.11 . 8080, 1 : 10.244.1.12 . 8080, 2 : 10.244.2.11 . 8080 }"),
+        f"meta l4proto tcp dnat ip to numgen random mod 3 map @{svc}",
     )
+    endpoint_map = rs.set_map()[svc]
+    assert endpoint_map.key_type == ("integer",) and endpoint_map.value_type == "ipv4_addr . inet_service"
+    assert elements(rs, svc) == {"0": "10.244.1.11 . 8080", "1": "10.244.1.12 . 8080", "2": "10.244.2.11 . 8080"}
     assert not [c for c in rs.chains if "10.244" in c.name], "no chain per endpoint"
 
 
@@ -128,7 +130,9 @@ def test_dual_stack_has_one_table_per_family() -> None:
     v6 = compile(state, CONFIG, IPFamily.IPV6)
     assert v6.family == "ip6"
     assert elements(v6, "cluster-ips") == {"fd00:96::14": None}
-    assert "dnat ip6 to numgen random mod 2 map { 0 : fd00:244:0:1::11 . 8080" in chain(v6, "svc-", "dual/tcp/http")[1]
+    rule = chain(v6, "svc-", "dual/tcp/http")[1]
+    assert "dnat ip6 to numgen random mod 2 map @svc-" in rule
+    assert elements(v6, rule.split("@")[1])["0"] == "fd00:244:0:1::11 . 8080"
 
 
 def test_without_endpoints_reject_or_drop() -> None:

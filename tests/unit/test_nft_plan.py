@@ -3,7 +3,8 @@
 - parse(render(x)) == x for every compiled table;
 - applying plan(a, b) to a FakeKernel holding a yields b, with the fake refusing what kernels before
   6.2 refuse (deleting a chain a just-deleted element referenced) — so deferral is exercised;
-- plan(a, a) is empty; an endpoint change touches one chain and no map element but the hairpin set.
+- plan(a, a) is empty; an endpoint change touches one chain and its endpoint map, nothing shared;
+- the plan over the Parts index (compiled Rulesets) equals the plan of the full comparison.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from netkit.rules.nftables.fake import FakeKernel
 from netkit.rules.nftables.parse import parse
 from netkit.rules.nftables.plan import Transaction, plan, render_plan
 from netkit.rules.nftables.render import render
-from netkit.rules.nftables.ruleset import Chain, Element
+from netkit.rules.nftables.names import port_label
+from netkit.rules.nftables.ruleset import Chain, Element, Ruleset
 from tests.unit.nft_states import NODE_V4, node_states
 
 CONFIG = Config(cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:244::/48")))
@@ -89,7 +91,7 @@ def _endpoint_state(count: int) -> NodeState:
     return NodeState(NodeInfo("node-a", None, (NODE_V4,)), ports)
 
 
-def test_endpoint_change_rewrites_one_chain_per_service_and_no_dispatch_element() -> None:
+def test_endpoint_change_rewrites_one_chain_and_one_endpoint_map_element() -> None:
     a = compile(_endpoint_state(3), CONFIG, IPFamily.IPV4)
     state = _endpoint_state(3)
     first = state.ports[0]
@@ -97,11 +99,53 @@ def test_endpoint_change_rewrites_one_chain_per_service_and_no_dispatch_element(
     state = replace(state, ports=(replace(first, endpoints=fewer, cluster_endpoints=fewer), *state.ports[1:]))
     b = compile(state, CONFIG, IPFamily.IPV4)
     tx = plan(a, b)
-    assert tuple(c.name for c in tx.rules) == tx.flush_chains and len(tx.rules) == 1
-    assert tx.add_elements == () and tx.delete_elements == ()
+    (svc,) = tx.flush_chains
+    assert tuple(c.name for c in tx.rules) == (svc,)
+    assert tx.delete_elements == ((svc, Element("2", "10.244.1.3 . 8080")),) and tx.add_elements == ()
     assert not tx.add_chains and not tx.delete_chains and not tx.add_sets and not tx.delete_sets
     script = render_plan(tx)
-    assert script.startswith("flush chain ip netkit svc-") and "numgen random mod 2" in script
+    assert script.startswith(f"flush chain ip netkit {svc}\ndelete element ip netkit {svc} {{ 2 }}\n")
+    assert script.endswith(f"dnat ip to numgen random mod 2 map @{svc}\n")
+    assert plan(strip(a), strip(b)) == tx
+
+
+def strip(rs: Ruleset) -> Ruleset:
+    """The same Ruleset without its Parts index: plan then compares everything."""
+    return Ruleset(rs.family, rs.table, rs.sets, rs.chains)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), family=FAMILIES)
+def test_plan_over_parts_equals_the_full_comparison(data: st.DataObject, family: IPFamily) -> None:
+    a = compile(data.draw(tables(family, 8)), CONFIG, family)
+    b = compile(data.draw(tables(family, 8)), CONFIG, family)
+    assert a.indexed() is not None and b.indexed() is not None
+    assert plan(a, b) == plan(strip(a), strip(b))
+    assert plan(b, a) == plan(strip(b), strip(a))
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), family=FAMILIES)
+def test_plan_over_parts_equals_the_full_comparison_for_small_changes(data: st.DataObject, family: IPFamily) -> None:
+    """b keeps some of a's service ports as they are and takes others from another state (changed
+    endpoints, new ports, shared hairpin and cluster-IP elements): the case `narrow` is for."""
+    s, t = data.draw(tables(family, 8)), data.draw(tables(family, 4))
+    keep = data.draw(st.lists(st.booleans(), min_size=len(s.ports), max_size=len(s.ports)))
+    ports: dict[str, ServicePortState] = {}
+    for p in [*(p for p, k in zip(s.ports, keep, strict=True) if k), *t.ports]:
+        ports.setdefault(port_label(p), p)
+    b_state = replace(s, ports=tuple(sorted(ports.values(), key=lambda p: (p.name, p.protocol.value))))
+    a, b = compile(s, CONFIG, family), compile(b_state, CONFIG, family)
+    assert plan(a, b) == plan(strip(a), strip(b))
+    assert plan(b, a) == plan(strip(b), strip(a))
+
+
+def test_parts_index_is_ignored_once_the_ruleset_is_edited() -> None:
+    a = compile(_endpoint_state(2), CONFIG, IPFamily.IPV4)
+    edited = replace(a, chains=a.chains[1:])
+    assert edited.parts is a.parts and edited.indexed() is None
+    assert a == strip(a), "the index takes no part in equality"
+    assert plan(edited, a).rules == (a.chains[0],)
 
 
 def test_removed_service_defers_its_chain_deletion() -> None:

@@ -15,7 +15,7 @@ from netkit.rules.nftables import names
 from netkit.rules.nftables import plan as _plan
 from netkit.rules.nftables import render as _render
 from netkit.rules.nftables.kernel import NftKernel
-from netkit.rules.nftables.ruleset import Ruleset
+from netkit.rules.nftables.ruleset import NamedSet, Ruleset
 
 name = "nftables"
 
@@ -42,26 +42,34 @@ def render_plan(transaction: _plan.Transaction) -> str:
 
 def summarize(ruleset: Ruleset | None) -> Mapping[str, tuple[str, ...]]:
     """`ns/svc:port/proto` → the endpoints (`IP:port`, `[IPv6]:port`) its dnat rules can choose,
-    read from the endpoint chains (svc-… and local-…), so a live dump summarises like a compile."""
+    read from the endpoint chains (svc-… and local-…) and their endpoint maps, so a live dump
+    summarises like a compile."""
     out: dict[str, set[str]] = {}
+    sets = ruleset.set_map() if ruleset else {}
     for chain in ruleset.chains if ruleset else ():
         split = names.split(chain.name)
         if split is None or split[0] not in ("svc", "local"):
             continue
-        out.setdefault(split[1], set()).update(ep for rule in chain.rules for ep in dnat_targets(rule))
+        out.setdefault(split[1], set()).update(ep for rule in chain.rules for ep in dnat_targets(rule, sets))
     return {k: tuple(sorted(v)) for k, v in sorted(out.items())}
 
 
-def dnat_targets(rule: str) -> list[str]:
-    """Endpoints in a canonical dnat rule: `… to A:P` or `… map { 0 : A . P, … }`."""
+def dnat_targets(rule: str, sets: Mapping[str, NamedSet]) -> list[str]:
+    """Endpoints in a canonical dnat rule: `… to A:P`, `… map @NAME` (an endpoint map, read from
+    `sets`) or `… map { 0 : A . P, … }`."""
     _, sep, target = rule.partition(" dnat ")
     if not sep:
         return []
     target = target.split(" to ", 1)[1]
-    if " map { " not in target:
+    if " map @" in target:
+        found = sets.get(target.split(" map @", 1)[1].split()[0])
+        values = [e.value for e in found.elements if e.value] if found else []
+    elif " map { " in target:
+        body = target.split(" map { ", 1)[1].rstrip(" }")
+        values = [item.split(" : ", 1)[1] for item in body.split(", ")]
+    else:
         return [target.split()[0]]
-    body = target.split(" map { ", 1)[1].rstrip(" }")
-    pairs = [item.split(" : ", 1)[1].split(" . ") for item in body.split(", ")]
+    pairs = [v.split(" . ") for v in values]
     return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip, port in pairs]
 
 

@@ -17,9 +17,13 @@ services, and the kernel work of a sync is proportional to what changed:
 
 - Dispatch: `ip daddr . meta l4proto . th dport vmap @service-ips` is one hash lookup; a new service
   is one element, a removed one is one element delete.
-- Endpoint choice without a chain per endpoint: `dnat ip to numgen random mod N map { 0 : ip . port,
-  … }` — one rule per service. kube-proxy's layout (a chain per endpoint) made a full load of 10k
-  services × 10 endpoints take 148 s here against 10.4 s for this one (kernel-facts.md).
+- Endpoint choice without a chain per endpoint: `dnat ip to numgen random mod N map @svc-…` — one
+  rule per service port and one named map of its endpoints (`0 : ip . port, …`), named like its chain.
+  kube-proxy's layout (a chain per endpoint) made a full load of 10k services × 10 endpoints take
+  148 s here against 10.4 s without endpoint chains (kernel-facts.md). A named map rather than an
+  anonymous `map { … }` in the rule: the kernel names every new anonymous set by scanning all sets of
+  the table, which made loads grow quadratically (docs/nftables.md has the measurements), and an
+  endpoint change becomes element updates plus a one-rule rewrite that creates no set.
 - ClientIP affinity (the only place with per-endpoint rules, never per-endpoint chains): a dynamic
   set with a timeout per endpoint; a client found in one is sent to that endpoint again and its entry
   refreshed; a new client takes the random cascade `numgen random mod (N-i) 0` (1/N each overall, as
@@ -48,7 +52,17 @@ from netkit.errors import NetkitError
 from netkit.model import EndpointAddr, IPFamily, NodeState, ServicePortState
 from netkit.model.types import IPAddress, IPNetwork
 from netkit.rules.nftables import names as n
-from netkit.rules.nftables.ruleset import Chain, Element, Hook, NamedSet, Ruleset, anonymous_set, prefixes
+from netkit.rules.nftables.ruleset import (
+    Chain,
+    Element,
+    Hook,
+    NamedSet,
+    Part,
+    Parts,
+    Ruleset,
+    anonymous_set,
+    prefixes,
+)
 
 AFFINITY_SET_SIZE = 65535  # nft's default for dynamic sets, written explicitly so a dump compares equal
 _IFNAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -78,19 +92,29 @@ class Ctx:
 
 
 def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:
-    """The complete desired table of one family."""
+    """The complete desired table of one family, indexed by service port (see ruleset.Parts)."""
     ctx = Ctx(family, config, state.node.ips)
-    sets = {s.name: s for s in fixed_sets(ctx, state)}
+    shared = fixed_sets(ctx, state)
     chains = fixed_chains(ctx, bool(config.node_port_addresses))
-    added: dict[str, list[Element]] = {name: [] for name in sets}
+    fixed = Part.of(chains, shared, ())
+    own_sets: list[NamedSet] = []
+    added: dict[str, list[Element]] = {s.name: [] for s in shared}
+    ports: dict[str, Part] = {}
+    unique = True
     for p in state.family(family):
         elements, port_chains, port_sets = service_port(ctx, p)
+        label = n.port_label(p)
+        unique = unique and label not in ports
+        ports[label] = Part.of(port_chains, port_sets, elements)
         chains.extend(port_chains)
-        sets.update((s.name, s) for s in port_sets)
+        own_sets.extend(port_sets)
         for set_name, element in elements:
             added[set_name].append(element)
-    full = [replace(s, elements=s.elements | frozenset(added.get(s.name, ()))) for s in sets.values()]
-    return Ruleset.of(ctx.ip, full, chains)
+    full = [replace(s, elements=s.elements | frozenset(added[s.name])) for s in shared]
+    rs = Ruleset.of(ctx.ip, [*full, *own_sets], chains)
+    if not unique:  # two ports with one label cannot happen in a valid state; plan then diffs in full
+        return rs
+    return Ruleset(rs.family, rs.table, rs.sets, rs.chains, Parts(fixed, ports, rs.sets, rs.chains))
 
 
 def local_detector(config: Config, family: IPFamily, ip: str) -> tuple[str | None, str | None]:
@@ -204,10 +228,12 @@ def service_port(ctx: Ctx, p: ServicePortState) -> tuple[Elements, list[Chain], 
     external = local if p.external_policy_local else cluster
     ext = n.service_object("ext", p) if p.has_endpoints and p.externally_accessible else None
     chains: list[Chain] = []
-    if cluster:
-        chains.append(Chain(cluster, endpoint_rules(ctx, p, p.cluster_endpoints, internal == cluster)))
-    if local:
-        chains.append(Chain(local, endpoint_rules(ctx, p, p.local_endpoints, internal == local)))
+    maps: list[NamedSet] = []
+    for name, eps in ((cluster, p.cluster_endpoints), (local, p.local_endpoints)):
+        if name:
+            chains.append(Chain(name, endpoint_rules(ctx, p, eps, internal == name, name)))
+            if len(eps) > 1 and not p.affinity_timeout:
+                maps.append(endpoint_map(ctx, name, eps))
     if ext:
         chains.append(Chain(ext, ext_rules(ctx, p, cluster or local, external)))
     elements = internal_elements(ctx, p, internal) + external_elements(ctx, p, ext, external)
@@ -218,7 +244,7 @@ def service_port(ctx: Ctx, p: ServicePortState) -> tuple[Elements, list[Chain], 
     elements.extend(hairpin_elements(ctx, p, cluster, local))
     if p.health_check_node_port:
         elements.append((n.HEALTH_CHECK_NODEPORTS, Element(str(p.health_check_node_port))))
-    return elements, chains, affinity_sets(p, cluster, local)
+    return elements, chains, maps + affinity_sets(p, cluster, local)
 
 
 def ip_key(p: ServicePortState, ip: IPAddress) -> str:
@@ -282,7 +308,8 @@ def masquerade_rule(ctx: Ctx, p: ServicePortState) -> str | None:
     return None
 
 
-def endpoint_rules(ctx: Ctx, p: ServicePortState, eps: Sequence[EndpointAddr], internal: bool) -> tuple[str, ...]:
+def endpoint_rules(ctx: Ctx, p: ServicePortState, eps: Sequence[EndpointAddr], internal: bool,
+                   chain: str) -> tuple[str, ...]:
     rules: list[str] = []
     masq = masquerade_rule(ctx, p) if internal else None
     if masq:
@@ -294,9 +321,16 @@ def endpoint_rules(ctx: Ctx, p: ServicePortState, eps: Sequence[EndpointAddr], i
     if len(eps) == 1:
         rules.append(f"{dnat} {endpoint(ctx, eps[0])}")
     else:
-        pairs = ", ".join(f"{i} : {ctx.text(e.ip)} . {e.port}" for i, e in enumerate(eps))
-        rules.append(f"{dnat} numgen random mod {len(eps)} map {{ {pairs} }}")
+        rules.append(f"{dnat} numgen random mod {len(eps)} map @{chain}")
     return tuple(rules)
+
+
+def endpoint_map(ctx: Ctx, chain: str, eps: Sequence[EndpointAddr]) -> NamedSet:
+    """The endpoints of one endpoint chain, by index: the map its `numgen random mod N` looks up.
+    Named like its chain (sets and chains are separate namespaces). Key type `integer` is declared
+    `typeof numgen random mod 1` when rendered (nft has no plain integer type for a map key)."""
+    elements = frozenset(Element(str(i), f"{ctx.text(e.ip)} . {e.port}") for i, e in enumerate(eps))
+    return NamedSet(chain, ("integer",), f"{ctx.addr_type} . inet_service", elements=elements)
 
 
 def affinity_rules(ctx: Ctx, p: ServicePortState, eps: Sequence[EndpointAddr]) -> list[str]:

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from netkit.errors import NetkitError
+from netkit.rules.nftables.render import TYPEOF_ADDRESS
 from netkit.rules.nftables.ruleset import (
     Chain,
     Element,
@@ -91,8 +92,13 @@ def named_set(body: JSON) -> NamedSet:
 
 def element(e: JSON) -> Element:
     if isinstance(e, list):
-        return Element(value(e[0]), verdict(e[1]))
+        data = e[1]
+        is_verdict = isinstance(data, dict) and len(data) == 1 and next(iter(data)) in _VERDICTS
+        return Element(value(e[0]), verdict(data) if is_verdict else value(data))
     return Element(value(e))
+
+
+_VERDICTS = ("jump", "goto", "accept", "drop", "return", "continue")
 
 
 def value(e: JSON) -> str:
@@ -325,11 +331,18 @@ def _set(name: str, lines: Iterator[str]) -> NamedSet:
         else:
             key, _, rest = line.partition(" ")
             attrs[key] = rest
-    key_type, _, value_type = attrs["type"].partition(" : ")
+    if "typeof" in attrs:  # render.type_line's spelling of an integer-keyed endpoint map
+        address = attrs["typeof"].partition(" : ")[2].split()[0]
+        key_type, value_type = "integer", _TYPEOF_VALUES[address]
+    else:
+        key_type, _, value_type = attrs["type"].partition(" : ")
     return NamedSet(name, tuple(key_type.split(" . ")), value_type or None,
                     tuple(attrs["flags"].split(",")) if "flags" in attrs else (),
                     int(attrs["timeout"].rstrip("s")) if "timeout" in attrs else None,
                     int(attrs["size"]) if "size" in attrs else None, frozenset(elements))
+
+
+_TYPEOF_VALUES = {v: k for k, v in TYPEOF_ADDRESS.items()}
 
 
 def _until_brace(lines: Iterator[str]) -> Iterator[str]:

@@ -17,17 +17,24 @@ tiny transaction that deletes them once the first has committed. kube-proxy wait
 a second transaction is all the kernel needs, so the Kernel sends it right away.
 
 No table yet (`committed` None): the transaction creates the whole table in one batch.
+
+Speed: a 10,000-service table holds ~130k elements; hashing them all took ~130 ms of Python per sync.
+When both Rulesets are compiled (they carry a `Parts` index, see ruleset.py) — the daemon's case,
+which plans against the Ruleset it committed last — `narrow` first finds the service ports whose
+Part differs (one identity or tuple comparison each) and the plan is computed over those parts only:
+their chains and own sets, the fixed chains, and of each shared set only the elements those parts
+contribute. That yields exactly the transaction of the full comparison (an element that must go or
+come belongs to a part that changed; a property test compares both), in a few milliseconds.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from netkit.rules.nftables.render import hook_line, render, set_spec
-from netkit.rules.nftables.ruleset import Chain, Element, NamedSet, Ruleset
-
-SetElement = tuple[str, Element]
+from netkit.rules.nftables.ruleset import Chain, Element, NamedSet, Part, Parts, Ruleset, SetElement
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,9 @@ def plan(committed: Ruleset | None, desired: Ruleset, *, defer: bool = True) -> 
     `defer=False` deletes stale chains in the same transaction (kernels 6.2 and later allow it)."""
     if committed is None:
         return Transaction(desired.family, desired.table, create=desired)
+    narrowed = narrow(committed, desired)
+    if narrowed is not None:
+        committed, desired = narrowed
     old_sets, new_sets = committed.set_map(), desired.set_map()
     old_chains, new_chains = committed.chain_map(), desired.chain_map()
     redefined = {n for n in old_sets.keys() & new_sets.keys()
@@ -84,6 +94,47 @@ def plan(committed: Ruleset | None, desired: Ruleset, *, defer: bool = True) -> 
                     if new_chains[c].rules),
         deferred_chains=deferred,
     )
+
+
+def narrow(committed: Ruleset, desired: Ruleset) -> tuple[Ruleset, Ruleset] | None:
+    """Both Rulesets cut down to what can differ: the parts of service ports that changed, the fixed
+    chains, and each shared set with only the elements those parts contribute. None when either has
+    no valid index or the fixed layer changed (then the full comparison runs)."""
+    old, new = committed.indexed(), desired.indexed()
+    if old is None or new is None or old.fixed != new.fixed or committed.table != desired.table:
+        return None
+    before: list[Part] = []
+    after: list[Part] = []
+    for label, part in old.ports.items():
+        other = new.ports.get(label)
+        if other is not part and other != part:
+            before.append(part)
+            if other is not None:
+                after.append(other)
+    after.extend(part for label, part in new.ports.items() if label not in old.ports)
+    touched: dict[str, set[Element]] = {s.name: set() for s in old.fixed.sets}
+    for part in (*before, *after):
+        for name, e in part.elements:
+            touched[name].add(e)
+    return _cut(committed, old, before, touched), _cut(desired, new, after, touched)
+
+
+def _cut(rs: Ruleset, index: Parts, parts: list[Part], touched: dict[str, set[Element]]) -> Ruleset:
+    shared = []
+    for name, candidates in touched.items():
+        full = _find(rs.sets, name)
+        shared.append(replace(full, elements=frozenset(e for e in candidates if e in full.elements)))
+    own = [s for part in parts for s in part.sets]
+    chains = [*index.fixed.chains, *(c for part in parts for c in part.chains)]
+    return Ruleset.of(rs.family, [*shared, *own], chains, rs.table)
+
+
+def _find(sets: tuple[NamedSet, ...], name: str) -> NamedSet:
+    """A set of a Ruleset by name (its sets are sorted by name)."""
+    i = bisect.bisect_left(sets, name, key=lambda s: s.name)
+    if i == len(sets) or sets[i].name != name:
+        raise KeyError(name)
+    return sets[i]
 
 
 def chain_changes(old: dict[str, Chain], new: dict[str, Chain], stale_sets: set[str]) -> tuple[set[str], set[str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from netkit.rules.nftables import names
 from netkit.rules.nftables.ruleset import Chain, Hook, NamedSet, Ruleset
 
 INDENT = "\t"
@@ -36,14 +37,32 @@ def set_block(s: NamedSet, *, with_elements: bool = True) -> Iterator[str]:
 
 
 def set_attributes(s: NamedSet) -> Iterator[str]:
-    key = " . ".join(s.key_type)
-    yield f"type {key} : {s.value_type}" if s.value_type else f"type {key}"
+    yield type_line(s)
     if s.size is not None:
         yield f"size {s.size}"
     if s.flags:
         yield f"flags {','.join(s.flags)}"
     if s.timeout is not None:
         yield f"timeout {s.timeout}s"
+
+
+# nft cannot declare a map keyed by a plain integer with `type`; `typeof` gives the key its size.
+# Only endpoint maps (compile.endpoint_map) have such keys; their values are address . port, and the
+# port's typeof must name the service's protocol (`tcp dport`): a later `meta l4proto udp dnat … map
+# @m` is refused against `th dport` or another protocol. The protocol is read from the map's name
+# (`svc-…/<ns>/<svc>/<proto>/<port>`); the JSON dump of nft 1.0.6 shows only the types, which is
+# what the Ruleset keeps.
+TYPEOF_ADDRESS = {"ipv4_addr . inet_service": "ip", "ipv6_addr . inet_service": "ip6"}
+INTEGER_KEY = "numgen random mod 1"
+
+
+def type_line(s: NamedSet) -> str:
+    key = " . ".join(s.key_type)
+    if key == "integer" and s.value_type in TYPEOF_ADDRESS:
+        split = names.split(s.name)
+        proto = split[1].rsplit("/", 1)[1] if split else "th"
+        return f"typeof {INTEGER_KEY} : {TYPEOF_ADDRESS[s.value_type]} daddr . {proto} dport"
+    return f"type {key} : {s.value_type}" if s.value_type else f"type {key}"
 
 
 def elements_block(items: list[str]) -> Iterator[str]:

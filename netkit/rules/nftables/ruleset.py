@@ -10,6 +10,12 @@ Elements are (key, value) text pairs in a frozenset: element order means nothing
 Sets and chains are tuples sorted by name, so equality does not depend on construction order.
 Dynamic sets (ClientIP affinity) are declared here, but their elements are the kernel's runtime
 state (clients seen recently), never part of a Ruleset.
+
+A compiled Ruleset also carries `parts`: what each service port contributed (its chains, its own sets
+and its elements of the shared sets), so that `plan` can compare 10,000 service ports part by part
+(an identity or tuple comparison each) instead of hashing every one of ~130k elements. `parts` is an
+index, not content: it takes no part in equality, a Ruleset read from the kernel has none, and it is
+trusted only while the Ruleset still holds the very `sets` and `chains` tuples it was built with.
 """
 
 from __future__ import annotations
@@ -101,12 +107,68 @@ class Chain:
         return frozenset(w.lstrip("@").rstrip(",") for r in self.rules for w in r.split() if w.startswith("@"))
 
 
+SetElement = tuple[str, Element]  # (set name, element)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Part:
+    """What one service port (or the fixed layer) contributes to a table.
+
+    Compared by value. `digest` (see `Part.of`) spells the whole content as one string, so comparing
+    two parts is one string comparison instead of a walk through nested tuples and frozensets."""
+
+    chains: tuple[Chain, ...] = ()
+    sets: tuple[NamedSet, ...] = ()  # sets only this part uses (endpoint maps, affinity sets)
+    elements: tuple[SetElement, ...] = ()  # its elements of the shared (fixed) sets
+    digest: str = ""
+
+    @staticmethod
+    def of(chains: Iterable[Chain], sets: Iterable[NamedSet], elements: Iterable[SetElement]) -> Part:
+        """A Part with its digest: every name, rule, set definition and element, joined with control
+        characters that no name, rule or element contains, so equal digests mean equal parts."""
+        chains, sets, elements = tuple(chains), tuple(sets), tuple(elements)
+        words: list[str] = []
+        for c in chains:
+            words.append(f"\x01{c.name}\x02{c.hook!r}")
+            words.extend(c.rules)
+        for st in sets:
+            words.append(f"\x01{st.name}\x02{st.key_type!r}{st.value_type!r}{st.flags!r}{st.timeout!r}{st.size!r}")
+            words.extend(sorted(e.text() for e in st.elements))
+        words.append("\x01")
+        words.extend(f"{name}\x02{e.key}\x02{e.value}" for name, e in elements)
+        return Part(chains, sets, elements, "\x00".join(words))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Part):
+            return NotImplemented
+        if self.digest and other.digest:
+            return self.digest == other.digest
+        return (self.chains, self.sets, self.elements) == (other.chains, other.sets, other.elements)
+
+    def __hash__(self) -> int:
+        return hash(self.digest) if self.digest else hash((self.chains, self.sets, self.elements))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Parts:
+    """The index of a compiled Ruleset: the fixed layer and each service port's Part, by label."""
+
+    fixed: Part
+    ports: dict[str, Part]
+    sets: tuple[NamedSet, ...]  # the Ruleset's tuples this index describes (checked by identity)
+    chains: tuple[Chain, ...]
+
+    def describes(self, rs: Ruleset) -> bool:
+        return rs.sets is self.sets and rs.chains is self.chains
+
+
 @dataclass(frozen=True, slots=True)
 class Ruleset:
     family: str  # "ip" or "ip6"
     table: str = "netkit"
     sets: tuple[NamedSet, ...] = ()
     chains: tuple[Chain, ...] = field(default=())
+    parts: Parts | None = field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -117,6 +179,10 @@ class Ruleset:
         """A Ruleset with sets and chains sorted by name (the only order that means nothing)."""
         return Ruleset(family, table, tuple(sorted(sets, key=lambda s: s.name)),
                        tuple(sorted(chains, key=lambda c: c.name)))
+
+    def indexed(self) -> Parts | None:
+        """The part index, if it still describes this Ruleset."""
+        return self.parts if self.parts is not None and self.parts.describes(self) else None
 
     def chain_map(self) -> dict[str, Chain]:
         return {c.name: c for c in self.chains}
