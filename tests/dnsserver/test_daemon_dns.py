@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+import dns.exception
 import dns.message
 import dns.query
-import dns.exception
 import dns.rcode
 
 from tests.conftest import EXAMPLES, ROOT
