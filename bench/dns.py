@@ -58,7 +58,7 @@ def write_manifests(path: Path, count: int) -> None:
 
 def write_queries(path: Path, count: int, mix: bool) -> None:
     lines = []
-    for i, (name, _) in enumerate(names(count)):
+    for name, _ in names(count):
         lines.append(f"{name} A")
         if mix:  # the search path of a pod in ns-<i % 20>, after the name itself was not enough
             ns = name.split(".")[1]

@@ -57,7 +57,8 @@ def need_root() -> None:
 
 def roles(lay: Layout) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = [
-        {"role": "client", "netns": lay.client.netns, "addresses": [str(a) for a in (*lay.client.ipv4, *lay.client.ipv6)]}
+        {"role": "client", "netns": lay.client.netns,
+         "addresses": [str(a) for a in (*lay.client.ipv4, *lay.client.ipv6)]}
     ]
     rows += [{"role": n.name, "netns": n.netns, "addresses": [str(n.ipv4), str(n.ipv6)]} for n in lay.nodes]
     rows += [{"role": p.name, "netns": p.netns, "node": p.node, "addresses": [str(p.ipv4), str(p.ipv6)]}
