@@ -95,7 +95,8 @@ def _address(flag: str | None, default: str) -> str | None:
 
 def _logging(fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    text = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    handler.setFormatter(JsonFormatter() if fmt == "json" else text)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)

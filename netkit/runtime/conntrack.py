@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from netkit.model import NodeState, ServicePortState
 from netkit.model.types import IPAddress, Protocol
+from netkit.netns import in_netns
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,12 @@ def _endpoint_flushes(p: ServicePortState, ep: tuple[IPAddress, int]) -> list[Fl
 
 
 class ConntrackCleaner:
-    """The netlink edge (pyroute2). Constructing it does no IO."""
+    """The netlink edge (pyroute2). Constructing it does no IO.
+
+    With a network namespace, the netlink socket is opened by a helper thread that entered it
+    (`netkit.netns.in_netns`), not with pyroute2's own `netns=` argument: that forks a child which is
+    later ended with SIGTERM, and a forked child shares the asyncio loop's signal wake-up fd, so the
+    daemon took the child's SIGTERM for its own and stopped (seen with pyroute2 0.9.7)."""
 
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
@@ -96,25 +102,30 @@ class ConntrackCleaner:
     def flush(self, flushes: Sequence[Flush]) -> int:
         if not flushes:
             return 0
-        from pyroute2 import Conntrack  # imported here: only the daemon needs netlink
-        from pyroute2.netlink.nfnetlink.nfctsocket import NFCTAttrTuple
+        if self.netns:
+            return in_netns(self.netns, lambda: _flush(flushes))
+        return _flush(flushes)
 
-        deleted = 0
-        kwargs = {"netns": self.netns} if self.netns else {}
-        ct = Conntrack(**kwargs)
-        try:
-            for f in flushes:
-                filt = NFCTAttrTuple(proto=socket.IPPROTO_UDP, dport=f.port,
-                                     **({"daddr": str(f.dst)} if f.dst else {}))
-                for entry in list(ct.dump_entries(tuple_orig=filt)):
-                    if f.endpoint and (entry.tuple_reply.saddr != str(f.endpoint[0])
-                                       or entry.tuple_reply.sport != f.endpoint[1]):
-                        continue
-                    try:
-                        ct.delete(entry)
-                        deleted += 1
-                    except OSError as exc:  # already gone
-                        log.debug("conntrack delete %s: %s", entry, exc)
-        finally:
-            ct.close()
-        return deleted
+
+def _flush(flushes: Sequence[Flush]) -> int:
+    from pyroute2 import Conntrack  # imported here: only the daemon needs netlink
+    from pyroute2.netlink.nfnetlink.nfctsocket import NFCTAttrTuple
+
+    deleted = 0
+    ct = Conntrack()
+    try:
+        for f in flushes:
+            filt = NFCTAttrTuple(proto=socket.IPPROTO_UDP, dport=f.port,
+                                 **({"daddr": str(f.dst)} if f.dst else {}))
+            for entry in list(ct.dump_entries(tuple_orig=filt)):
+                if f.endpoint and (entry.tuple_reply.saddr != str(f.endpoint[0])
+                                   or entry.tuple_reply.sport != f.endpoint[1]):
+                    continue
+                try:
+                    ct.delete(entry)
+                    deleted += 1
+                except OSError as exc:  # already gone
+                    log.debug("conntrack delete %s: %s", entry, exc)
+    finally:
+        ct.close()
+    return deleted

@@ -36,7 +36,7 @@ from netkit.runtime.conntrack import ConntrackCleaner
 from netkit.runtime.health import ProxyHealth, ServiceHealthServers, make_listener, proxy_health_app, service_health
 from netkit.runtime.metrics import Metrics
 from netkit.runtime.runner import Runner
-from netkit.runtime.syncer import SyncResult, Syncer
+from netkit.runtime.syncer import Syncer, SyncResult
 from netkit.sources.store import Change, Store
 
 log = logging.getLogger("netkit.daemon")
@@ -55,6 +55,7 @@ class DaemonOptions:
     dns_listen: str | None = None
     dns_upstreams: tuple[str, ...] = ()
     conntrack: bool = True
+    reflector_options: Any = None  # netkit.sources.reflector.ReflectorOptions; None: client-go's timings
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -94,6 +95,9 @@ class Daemon:
             for t in done:
                 if t is not stopper and t.exception():
                     raise t.exception()  # type: ignore[misc]
+            ended = [t.get_name() for t in done if t is not stopper]
+            if ended:  # the source, change follower and runner loop forever: an end is a bug
+                log.error("stopping: task ended unexpectedly", extra={"tasks": ended})
             log.info("stopping; rules stay in place")
         finally:
             for t in [*tasks, stopper]:
@@ -111,7 +115,7 @@ class Daemon:
             return FileSource(self.options.files, self.store)
         from netkit.sources.kube import ApiSettings, KubeSource
         return KubeSource(self.options.api or ApiSettings(), self.store, node_name=self.options.config.node_name,
-                          pods=bool(self.options.dns_listen))
+                          pods=bool(self.options.dns_listen), options=self.options.reflector_options)
 
     async def _start_http(self) -> list[web.AppRunner]:
         runners = []

@@ -1,0 +1,214 @@
+"""Benchmark: the daemon's latency from one EndpointSlice change to the kernel holding the new rule,
+next to the bare `iptables-restore --noflush` of the same minimal payload, for both iptables backends.
+
+For each backend (legacy, nft) and size N (services × 10 endpoints), one child process (so its RSS is
+the daemon's) runs the real `Daemon` — store → runner → syncer → `iptables-restore` — inside a network
+namespace it creates and always removes. The objects are **fed into the daemon's store directly** (no
+API server or file watcher in the path: their own costs are tested elsewhere); min-sync-period is 0
+so the bounded-frequency runner adds no deliberate delay. Then, repeatedly: one slice changes one
+endpoint address, and the time from `store.put` to the end of the sync that wrote it is the daemon's
+latency; the payload that sync wrote is then restored again with the bare tool (the same chains
+flushed and rewritten: the same kernel work) and timed. Also: the first sync into empty tables, a
+forced full sync (re-read the kernel, plan, nothing to write), the time split inside a partial sync
+(state build, compile, plan, kernel), and the daemon's RSS.
+
+    .venv/bin/python bench/sync.py [--services 1000 10000] [--changes 20] [--backends legacy nft]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import replace
+from ipaddress import ip_address
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compile import CONFIG, objects  # noqa: E402  (bench/compile.py: the same objects)
+
+from netkit.model import IPFamily, build  # noqa: E402
+from netkit.model.types import EndpointSlice  # noqa: E402
+from netkit.netns import run  # noqa: E402
+from netkit.rules.iptables import backend as ipt  # noqa: E402
+from netkit.rules.iptables.plan import render_plan  # noqa: E402
+from netkit.runtime.daemon import Daemon, DaemonOptions  # noqa: E402
+from netkit.sources.store import Store  # noqa: E402
+
+
+class DirectSource:
+    """Puts the objects into the store (one origin per object, as the reflectors do) and stays."""
+
+    def __init__(self, store: Store, objs: Any) -> None:
+        self.store, self.objs = store, objs
+        store.expect("bench")
+
+    async def run(self) -> None:
+        for o in (*self.objs.services, *self.objs.slices, *self.objs.nodes):
+            self.store.put(("obj", type(o).__name__, getattr(o, "ref", o)), (o,))
+        self.store.mark_synced("bench")
+        await asyncio.Event().wait()
+
+
+def rss_mb() -> tuple[float, float]:
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+async def measure(backend: str, n: int, changes: int, netns: str) -> dict[str, Any]:
+    cfg = replace(CONFIG, iptables_backend=backend, min_sync_period=0.0, sync_period=3600.0)
+    daemon = Daemon(DaemonOptions(config=cfg, families=(IPFamily.IPV4,), netns=netns, healthz_address=None,
+                                  metrics_address=None), ipt)  # type: ignore[arg-type]
+    objs = objects(n, 10)
+    daemon._source = lambda: DirectSource(daemon.store, objs)  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    done = asyncio.Event()
+    finished: list[tuple[float, Any]] = []
+    payloads: list[str] = []
+    phases: dict[str, list[float]] = {"compile": [], "plan": [], "kernel": []}
+    kernel = daemon.syncer.kernels[IPFamily.IPV4]
+    real_apply, real_sync = kernel.apply, daemon.syncer.sync
+    real_compile, real_plan = daemon.syncer.backend.compile, daemon.syncer.backend.plan
+
+    def apply(plan: Any) -> None:
+        payloads.append(render_plan(plan))
+        t = time.perf_counter()
+        real_apply(plan)
+        phases["kernel"].append(time.perf_counter() - t)
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                phases[name].append(time.perf_counter() - t)
+        return wrapper
+
+    class Backend:
+        compile = staticmethod(timed("compile", real_compile))
+        plan = staticmethod(timed("plan", real_plan))
+
+    def sync(state: Any, *, full: bool) -> Any:
+        result = real_sync(state, full=full)
+        finished.append((time.perf_counter(), result))
+        loop.call_soon_threadsafe(done.set)
+        return result
+
+    kernel.apply = apply  # type: ignore[method-assign]
+    daemon.syncer.sync = sync  # type: ignore[method-assign]
+    daemon.syncer.backend = Backend  # type: ignore[assignment]
+    task = asyncio.create_task(daemon.run())
+    t0 = time.perf_counter()
+    await asyncio.wait([task, asyncio.create_task(daemon.synced.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # the daemon stopped: raise its error
+        raise RuntimeError("the daemon stopped before its first sync")
+    first = finished[-1][0] - t0
+    rss_after_first = rss_mb()
+
+    latencies, bare, build_times = [], [], []
+    slices = objs.slices
+    for k in range(changes):
+        for v in phases.values():
+            v.clear()
+        i = (k * 7919) % n
+        old: EndpointSlice = slices[i]
+        eps = list(old.endpoints)
+        eps[0] = replace(eps[0], addresses=(ip_address(f"10.250.{k // 250}.{k % 250 + 1}"),))
+        new = replace(old, endpoints=tuple(eps))
+        done.clear()
+        start = time.perf_counter()
+        daemon.store.put(("obj", "EndpointSlice", old.ref), (new,))
+        while True:
+            await asyncio.wait_for(done.wait(), 600)  # the daemon's own stop would otherwise hang here
+            done.clear()
+            if finished[-1][0] > start and finished[-1][1].changed:
+                break
+        end = finished[-1][0]
+        latencies.append(end - start)
+        build_times.append(end - start - finished[-1][1].seconds)
+        b = time.perf_counter()
+        run([kernel.tool("restore"), "--noflush", "--wait", "5"], netns, input=payloads[-1])
+        bare.append(time.perf_counter() - b)
+        if k == 0:
+            split = {name: round(sum(v), 4) for name, v in phases.items()}
+    # the kernel holds the last change
+    live = kernel.dump(("nat",))
+    assert any("10.250." in r for rules in live.chains("nat").values() for r in rules), "change not in kernel"
+    t = time.perf_counter()
+    state = build(daemon.store.objects(), cfg.node_name, cfg.node_ips)
+    full = await asyncio.to_thread(real_sync, state, full=True)
+    full_s = time.perf_counter() - t
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return {
+        "backend": backend, "services": n, "changes": changes,
+        "first_sync_s": first, "full_sync_s": full_s, "full_sync_wrote": full.chains_written,
+        "p50_daemon_s": statistics.median(latencies), "p99_daemon_s": pct(latencies, 0.99),
+        "p50_bare_s": statistics.median(bare), "p99_bare_s": pct(bare, 0.99),
+        "p50_outside_syncer_s": statistics.median(build_times),
+        "payload_lines": payloads[-1].count("\n"),
+        "split_first_change_s": split,
+        "rss_mb": rss_mb()[0], "rss_after_first_sync_mb": rss_after_first[0], "peak_rss_mb": rss_mb()[1],
+    }
+
+
+def child(backend: str, n: int, changes: int) -> None:
+    netns = f"nkbench-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    try:
+        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
+        print(json.dumps(asyncio.run(measure(backend, n, changes, netns))))
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], check=False)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--services", type=int, nargs="+", default=[1000, 10_000])
+    ap.add_argument("--changes", type=int, default=20)
+    ap.add_argument("--backends", nargs="+", default=["legacy", "nft"])
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], int(args.child[1]), int(args.child[2]))
+        return 0
+    print(f"{'backend':7} {'services':>8} | {'daemon p50':>10} {'p99':>7} | {'bare p50':>8} {'p99':>7} | "
+          f"{'ratio':>5} | {'first sync':>10} {'full sync':>9} | {'RSS MB':>6}")
+    ok = True
+    for n in args.services:
+        for backend in args.backends:
+            changes = args.changes if n <= 2000 else max(5, args.changes // 3)
+            out = subprocess.run([sys.executable, __file__, "--child", backend, str(n), str(changes)],
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                print(out.stderr[-2000:], file=sys.stderr)
+                return 1
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            ratio = r["p50_daemon_s"] / r["p50_bare_s"]
+            ok = ok and ratio <= 1.25 and (n < 10_000 or r["peak_rss_mb"] <= 300)
+            print(f"{backend:7} {n:>8} | {r['p50_daemon_s']:>9.3f}s {r['p99_daemon_s']:>6.3f}s | "
+                  f"{r['p50_bare_s']:>7.3f}s {r['p99_bare_s']:>6.3f}s | {ratio:>5.2f} | "
+                  f"{r['first_sync_s']:>9.2f}s {r['full_sync_s']:>8.2f}s | {r['peak_rss_mb']:>6.0f}")
+            print("        " + json.dumps({k: r[k] for k in ("split_first_change_s", "p50_outside_syncer_s",
+                                                              "payload_lines", "full_sync_wrote",
+                                                              "rss_after_first_sync_mb")}))
+    print("targets (daemon ≤ 1.25 × bare, RSS ≤ 300 MB at 10k):", "met" if ok else "MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""`netkit run -f DIR`: the daemon from a manifest directory, following edits, in a fresh network
+namespace. In-process (the store and syncer seen directly), and as the real command in a subprocess,
+stopped with SIGTERM: rules stay in place."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from netkit.rules.iptables.summary import summarize
+
+from .conftest import run
+from .e2e import WEB, Running, config, free_port, options, start_daemon, stop_daemon, web_service, web_slice, with_ports
+
+A, B, C = "10.244.1.11", "10.244.1.12", "10.244.2.11"
+
+
+def test_file_source_follows_an_edit(netns: str, tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "web.yaml").write_text(web_service() + "---\n" + web_slice([A, B]))
+
+    async def scenario() -> None:
+        daemon, task = await start_daemon(options(netns, config(), files=(str(manifests),)))
+        r = Running(None, daemon, netns, None, "legacy", task)
+        try:
+            await r.converge(lambda s: s.get(WEB) == with_ports([A, B]), what="the manifest")
+            (manifests / "web.yaml").write_text(web_service() + "---\n" + web_slice([C]))
+            await r.converge(lambda s: s.get(WEB) == with_ports([C]), what="the edit")
+            (manifests / "web.yaml").write_text("this: [is not yaml")  # broken: last good version stays
+            await asyncio.sleep(0.5)
+            assert (await r.services()).get(WEB) == with_ports([C])
+            (manifests / "web.yaml").unlink()
+            await r.converge(lambda s: WEB not in s, what="the removal")
+        finally:
+            await stop_daemon(task)
+
+    run(scenario(), timeout=40)
+
+
+def _synced(metrics: str) -> bool:
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=2) as resp:
+        text = resp.read().decode()
+    line = next(x for x in text.splitlines() if x.startswith("kubeproxy_sync_proxy_rules_last_timestamp_seconds "))
+    return float(line.split()[1]) > 0
+
+
+def _wait(check: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():  # type: ignore[operator]
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_command_runs_serves_health_and_stops_on_sigterm(netns: str, tmp_path: Path) -> None:
+    from netkit.model import IPFamily
+    from netkit.rules.iptables.kernel import IptablesKernel
+
+    (tmp_path / "web.yaml").write_text(web_service() + "---\n" + web_slice([A, B]))
+    healthz, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "netkit", "run", "-f", str(tmp_path), "--node-name", "node-a",
+           "--cluster-cidr", "10.244.0.0/16", "--netns", netns, "--ip-family", "ipv4",
+           "--iptables-backend", "legacy", "--min-sync-period", "0.1", "--sync-period", "3",
+           "--healthz-bind-address", healthz, "--metrics-bind-address", metrics]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kernel = IptablesKernel(IPFamily.IPV4, netns, "legacy")
+    try:
+        _wait(lambda: _synced(metrics), 20, "a completed sync")
+        assert summarize(kernel.dump()).get(WEB) == with_ports([A, B])
+        with urllib.request.urlopen(f"http://{healthz}/healthz", timeout=2) as resp:
+            assert resp.status == 200 and "lastUpdated" in json.loads(resp.read())
+        with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=2) as resp:
+            assert b"kubeproxy_sync_proxy_rules_last_timestamp_seconds" in resp.read()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0, err
+        logs = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        assert any(doc["msg"] == "sync done" for doc in logs), err
+        assert any("rules stay in place" in doc["msg"] for doc in logs)
+        assert summarize(kernel.dump()).get(WEB) == with_ports([A, B]), "SIGTERM leaves the rules"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

@@ -1,0 +1,105 @@
+"""End to end, in a fresh network namespace: the daemon watches the test API server, objects are made
+with kubectl, and the live rules (iptables-save inside the namespace, read back by `summarize`) follow:
+create → DNAT to the endpoints; scale up and down; no endpoints → REJECT; delete → nothing. Both
+iptables backends. Also the health and metrics servers of a running daemon, and --cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from netkit.rules.iptables import names as n
+
+from .conftest import run
+from .e2e import WEB, running_daemon, web_service, web_slice, with_ports
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+
+A, B, C = "10.244.1.11", "10.244.1.12", "10.244.2.11"
+
+
+def _rejects(seen: object, key: str = WEB) -> bool:
+    return isinstance(seen, dict) and key in seen and seen[key] == ()
+
+
+@pytest.mark.parametrize("backend", ["legacy", "nft"])
+def test_create_scale_and_delete_with_kubectl(netns: str, tmp_path: Path, backend: str) -> None:
+    need = f"iptables-{backend}-restore"
+    if shutil.which(need) is None:
+        pytest.skip(f"needs {need}")
+
+    async def scenario() -> None:
+        async with running_daemon(netns, tmp_path, backend=backend) as r:
+            assert r.kubectl is not None
+            await asyncio.wait_for(r.daemon.synced.wait(), 10)  # the first sync of an empty cluster
+            await r.kubectl.apply_text("create", web_service())
+            await r.converge(lambda s: _rejects(dict(s)), what="REJECT for a service without endpoints")
+            await r.kubectl.apply_text("create", web_slice([A]))
+            await r.converge(lambda s: s.get(WEB) == with_ports([A]), what="one endpoint")
+            await r.kubectl.apply_text("replace", web_slice([A, B, C]))
+            seen = await r.converge(lambda s: s.get(WEB) == with_ports([A, B, C]), what="scale up to 3")
+            assert set(seen) == {WEB}
+            await r.kubectl.apply_text("replace", web_slice([C]))
+            await r.converge(lambda s: s.get(WEB) == with_ports([C]), what="scale down to 1")
+            await r.kubectl.apply_text("replace", web_slice([]))
+            await r.converge(lambda s: _rejects(dict(s)), what="REJECT after scaling to 0")
+            live = await asyncio.to_thread(r.dump)
+            assert any("REJECT" in rule and "has no endpoints" in rule
+                       for rule in live.rules("filter", n.SERVICES)), live.chains("filter")
+            await r.kubectl("delete", "service", "web")
+            await r.converge(lambda s: WEB not in s, what="nothing after delete")
+            live = await asyncio.to_thread(r.dump)
+            leftovers = [c for c in live.chains("nat") if c.startswith(("KUBE-SVC-", "KUBE-SEP-"))]
+            assert leftovers == []
+            assert r.daemon.metrics.restore_failures._value.get() == 0
+
+    run(scenario(), timeout=60)
+
+
+def test_health_and_metrics_of_a_running_daemon(netns: str, tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_daemon(netns, tmp_path, health=True) as r:
+            assert r.kubectl is not None
+            await r.kubectl.apply_text("create", web_service() + "---\n" + web_slice([A, B]))
+            await r.converge(lambda s: s.get(WEB) == with_ports([A, B]), what="web")
+            healthz = r.daemon.options.healthz_address
+            metrics = r.daemon.options.metrics_address
+            async with aiohttp.ClientSession() as http:
+                for path in ("/healthz", "/livez"):
+                    async with http.get(f"http://{healthz}{path}") as resp:
+                        assert resp.status == 200, path
+                        body = json.loads(await resp.text())
+                        assert set(body) == {"lastUpdated", "currentTime", "nodeEligible"}
+                        assert body["lastUpdated"]
+                async with http.get(f"http://{metrics}/metrics") as resp:
+                    text = await resp.text()
+            assert "kubeproxy_sync_proxy_rules_duration_seconds_count" in text
+            count = [line for line in text.splitlines()
+                     if line.startswith("kubeproxy_sync_proxy_rules_duration_seconds_count")]
+            assert float(count[0].split()[-1]) >= 1
+            assert "kubeproxy_sync_proxy_rules_endpoint_changes_total" in text
+
+    run(scenario(), timeout=40)
+
+
+def test_cleanup_removes_every_rule_the_daemon_wrote(netns: str, tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_daemon(netns, tmp_path) as r:
+            assert r.kubectl is not None
+            await r.kubectl.apply_text("create", web_service() + "---\n" + web_slice([A]))
+            await r.converge(lambda s: s.get(WEB) == with_ports([A]), what="web")
+            daemon = r.daemon
+        await asyncio.to_thread(daemon.cleanup)  # as `netkit run --cleanup`
+        live = await asyncio.to_thread(r.dump)
+        owned = [c for t in ("nat", "filter", "mangle") for c in live.chains(t) if n.is_owned(c)]
+        assert owned == []
+        builtin_jumps = [rule for t in ("nat", "filter") for c, rules in live.chains(t).items()
+                         for rule in rules if "KUBE-" in rule]
+        assert builtin_jumps == []
+
+    run(scenario(), timeout=40)
