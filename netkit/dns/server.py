@@ -28,7 +28,7 @@ import struct
 from collections.abc import Coroutine
 from typing import Any
 
-from dnslib import DNSRecord  # type: ignore[import-untyped]
+from dnslib import DNSRecord
 
 from netkit.dns.engine import Engine, Upstream
 from netkit.dns.names import Name

@@ -20,7 +20,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dnslib import AAAA, CNAME, PTR, RR, SOA, SRV, TXT, A, DNSBuffer, DNSLabel  # type: ignore[import-untyped]
+from dnslib import AAAA, CNAME, PTR, RR, SOA, SRV, TXT, A, DNSBuffer, DNSLabel
 
 from netkit.dns.names import Name, lower_label
 from netkit.dns.resolver import Rcode, Record, Reply, RType, Soa, Srv, Txt

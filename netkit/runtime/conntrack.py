@@ -52,6 +52,8 @@ def stale_udp_flows(old: NodeState | None, new: NodeState) -> tuple[Flush, ...]:
         if p.protocol is not Protocol.UDP:
             continue
         prev = before.get((p.name, p.protocol, p.family))
+        if prev is p:  # the very same state (StateBuilder keeps unchanged services): nothing moved
+            continue
         if _usable(p) and not (prev is not None and _usable(prev)):
             out.update(_service_flushes(p))
         if prev is not None:

@@ -29,7 +29,8 @@ from typing import Any
 from aiohttp import web
 
 from netkit.config import Config
-from netkit.model import IPFamily, NodeState, build
+from netkit.model import IPFamily, NodeState
+from netkit.model.state import StateBuilder
 from netkit.model.types import LAST_CHANGE_TRIGGER_TIME, EndpointSlice
 from netkit.rules.backend import Backend
 from netkit.runtime.conntrack import ConntrackCleaner
@@ -70,6 +71,7 @@ class Daemon:
                              conntrack=ConntrackCleaner(options.netns) if options.conntrack else None)
         self.runner = Runner(self._sync, min_interval=cfg.min_sync_period, max_interval=cfg.sync_period)
         self.service_health = ServiceHealthServers(options.netns, options.health_check_host)
+        self.state_builder = StateBuilder()  # unchanged services come back as the same objects
         self.state: NodeState | None = None
         self.last_result: SyncResult | None = None
         self.synced = asyncio.Event()  # set after the first successful sync
@@ -178,7 +180,7 @@ class Daemon:
     async def _sync(self, full: bool) -> bool:
         objects = self.store.objects()
         cfg = self.options.config
-        state = build(objects, cfg.node_name, cfg.node_ips)
+        state = self.state_builder.build(objects, cfg.node_name, cfg.node_ips)
         pending, self._trigger_times = self._trigger_times, []
         result = await asyncio.to_thread(self.syncer.sync, state, full=full)
         self.last_result = result

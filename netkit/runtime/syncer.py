@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from netkit.config import Config
@@ -47,6 +48,11 @@ class Syncer:
         self.backend = backend
         self.families = tuple(families)
         self.kernels = {f: backend.kernel(config, f, netns) for f in self.families}
+        # A backend may offer a compiler that remembers unchanged service ports between syncs.
+        make = getattr(backend, "compiler", None)
+        self.compilers: dict[IPFamily, Callable[[NodeState], Any]] = {
+            f: make(config, f).compile if make else partial(backend.compile, config=config, family=f)
+            for f in self.families}
         self.committed: dict[IPFamily, Any] = {}
         self.applied: NodeState | None = None
         self.conntrack = conntrack
@@ -74,7 +80,7 @@ class Syncer:
 
     def _sync_family(self, family: IPFamily, state: NodeState, full: bool) -> int:
         kernel = self.kernels[family]
-        desired = self.backend.compile(state, self.config, family)
+        desired = self.compilers[family](state)
         base = self.committed.get(family)
         if full or base is None:
             base = kernel.dump()

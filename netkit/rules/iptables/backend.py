@@ -11,12 +11,20 @@ from netkit.rules.iptables import plan as _plan
 from netkit.rules.iptables import ruleset as _ruleset
 from netkit.rules.iptables import summary as _summary
 from netkit.rules.iptables.kernel import IptablesKernel
+from netkit.rules.iptables.trace import trace
 
 name = "iptables"
+
+__all__ = ["compile", "describe_plan", "kernel", "name", "plan", "render", "render_plan", "summarize", "trace"]
 
 
 def compile(state: NodeState, config: Config, family: IPFamily) -> _ruleset.Ruleset:
     return _compile.compile(state, config, family)
+
+
+def compiler(config: Config, family: IPFamily) -> _compile.Compiler:
+    """A compiler that remembers unchanged service ports between calls (for the daemon)."""
+    return _compile.Compiler(config, family)
 
 
 def render(ruleset: _ruleset.Ruleset) -> str:

@@ -41,12 +41,43 @@ def host(ip: IPAddress | IPNetwork) -> str:
 
 
 def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:
-    ports = state.family(family)
-    large = sum(len(p.endpoints) for p in ports) > config.large_cluster_endpoints
-    b = _Builder(config, family, state.node, large)
-    for port in ports:
-        b.service_port(port)
-    return b.finish()
+    return Compiler(config, family).compile(state)
+
+
+class _Chunk(NamedTuple):
+    """What one service port contributes (rules per shared chain, and its own chains)."""
+
+    nat: dict[str, tuple[str, ...]]
+    filter: dict[str, tuple[str, ...]]
+    chains: dict[str, tuple[str, ...]]
+
+
+class Compiler:
+    """`compile` with a memory, for the daemon: a ServicePortState that is the very same object as at
+    the last compile (StateBuilder hands unchanged services back as they were) reuses the chunk made
+    from it, so a sync after one EndpointSlice change renders one service port, not 10,000. The
+    reused chains are the very same tuples as in the committed ruleset, which also makes the
+    planner's comparison of unchanged chains an identity check. The result equals `compile`'s."""
+
+    def __init__(self, config: Config, family: IPFamily) -> None:
+        self.config, self.family = config, family
+        self._memo: dict[int, tuple[ServicePortState, _Chunk]] = {}
+        self._context: tuple[NodeInfo, bool] | None = None
+
+    def compile(self, state: NodeState) -> Ruleset:
+        ports = state.family(self.family)
+        large = sum(len(p.endpoints) for p in ports) > self.config.large_cluster_endpoints
+        if self._context != (state.node, large):
+            self._memo, self._context = {}, (state.node, large)
+        b = _Builder(self.config, self.family, state.node, large)
+        memo: dict[int, tuple[ServicePortState, _Chunk]] = {}
+        for port in ports:
+            hit = self._memo.get(id(port))
+            chunk = hit[1] if hit is not None and hit[0] is port else b.service_port(port)
+            memo[id(port)] = (port, chunk)
+            b.add(chunk)
+        self._memo = memo
+        return b.finish()
 
 
 class _Builder:
@@ -62,11 +93,16 @@ class _Builder:
         self.nat: dict[str, list[str]] = {n.SERVICES: [], n.NODEPORTS: []}
         self.filter: dict[str, list[str]] = {n.SERVICES: [], n.EXTERNAL_SERVICES: [], n.NODEPORTS: [],
                                              n.PROXY_FIREWALL: []}
-        self.service_chains: dict[str, list[str]] = {}
+        self.service_chains: dict[str, tuple[str, ...]] = {}
 
     # --- one service port ------------------------------------------------------------------------
 
-    def service_port(self, p: ServicePortState) -> None:
+    def service_port(self, p: ServicePortState) -> _Chunk:
+        """Everything one service port contributes: its rules in the shared chains, and its own chains."""
+        nat: dict[str, list[str]] = {n.SERVICES: [], n.NODEPORTS: []}
+        filt: dict[str, list[str]] = {n.SERVICES: [], n.EXTERNAL_SERVICES: [], n.NODEPORTS: [],
+                                      n.PROXY_FIREWALL: []}
+        chains: dict[str, list[str]] = {}
         name = str(p.name)
         proto = p.protocol.lower
         svc = n.service_chain("KUBE-SVC-", p.name, p.protocol)
@@ -93,65 +129,74 @@ class _Builder:
         dport = f"-m {proto} --dport {p.port}"
         cip = host(p.cluster_ip)
         if has_internal:
-            self.nat[n.SERVICES].append(
+            nat[n.SERVICES].append(
                 f"-d {cip} -p {proto} -m comment --comment {quote_comment(name + ' cluster IP')} {dport} "
                 f"-j {internal_chain}")
         else:
-            self.filter[n.SERVICES].append(
+            filt[n.SERVICES].append(
                 f"-d {cip} -p {proto} -m comment --comment {int_comment} {dport} -j {int_verdict}")
 
         for ip in p.external_ips:
             if has_any:
-                self.nat[n.SERVICES].append(
+                nat[n.SERVICES].append(
                     f"-d {host(ip)} -p {proto} -m comment --comment {quote_comment(name + ' external IP')} "
                     f"{dport} -j {ext}")
             if not has_external:
-                self.filter[n.EXTERNAL_SERVICES].append(
+                filt[n.EXTERNAL_SERVICES].append(
                     f"-d {host(ip)} -p {proto} -m comment --comment {ext_comment} {dport} -j {ext_verdict}")
 
         for ip in p.load_balancer_ips:
             if has_any:
-                self.nat[n.SERVICES].append(
+                nat[n.SERVICES].append(
                     f"-d {host(ip)} -p {proto} -m comment --comment {quote_comment(name + ' loadbalancer IP')} "
                     f"{dport} -j {lb_target}")
             if uses_fw:
-                self.filter[n.PROXY_FIREWALL].append(
+                filt[n.PROXY_FIREWALL].append(
                     f"-d {host(ip)} -p {proto} -m comment --comment "
                     f"{quote_comment(f'{name} traffic not accepted by {fw}')} {dport} -j DROP")
         if not has_external:
             for ip in p.load_balancer_ips:
-                self.filter[n.EXTERNAL_SERVICES].append(
+                filt[n.EXTERNAL_SERVICES].append(
                     f"-d {host(ip)} -p {proto} -m comment --comment {ext_comment} {dport} -j {ext_verdict}")
 
         if p.node_port:
             if has_any:
-                self.nat[n.NODEPORTS].append(
+                nat[n.NODEPORTS].append(
                     f"-p {proto} -m comment --comment {quote_comment(name)} -m {proto} --dport {p.node_port} "
                     f"-j {ext}")
             if not has_external:
-                self.filter[n.EXTERNAL_SERVICES].append(
+                filt[n.EXTERNAL_SERVICES].append(
                     f"-p {proto} -m comment --comment {ext_comment} -m addrtype --dst-type LOCAL "
                     f"-m {proto} --dport {p.node_port} -j {ext_verdict}")
 
         if p.health_check_node_port:
-            self.filter[n.NODEPORTS].append(
+            filt[n.NODEPORTS].append(
                 f"-p tcp -m comment --comment {quote_comment(name + ' health check node port')} "
                 f"-m tcp --dport {p.health_check_node_port} -j ACCEPT")
 
         masq = self._clusterip_masq(p, cip, dport) if has_internal else None
         if uses_ext:
-            self.service_chains[ext] = self._ext_chain(p, svc, external_policy_chain, has_external)
+            chains[ext] = self._ext_chain(p, svc, external_policy_chain, has_external)
         if uses_fw:
-            self.service_chains[fw] = self._fw_chain(p, ext)
+            chains[fw] = self._fw_chain(p, ext)
         eps = _endpoints(p, name, proto)
         if p.cluster_endpoints and p.uses_cluster_endpoints:
             rules = [masq] if masq and internal_chain == svc else []
-            self.service_chains[svc] = rules + self._lb_rules(p, [eps[id(e)] for e in p.cluster_endpoints])
+            chains[svc] = rules + self._lb_rules(p, [eps[id(e)] for e in p.cluster_endpoints])
         if p.local_endpoints and p.uses_local_endpoints:
             rules = [masq] if masq and internal_chain == svl else []
-            self.service_chains[svl] = rules + self._lb_rules(p, [eps[id(e)] for e in p.local_endpoints])
+            chains[svl] = rules + self._lb_rules(p, [eps[id(e)] for e in p.local_endpoints])
         for ep in eps.values():
-            self.service_chains[ep.chain] = self._sep_chain(p, ep)
+            chains[ep.chain] = self._sep_chain(p, ep)
+        return _Chunk({c: tuple(r) for c, r in nat.items() if r}, {c: tuple(r) for c, r in filt.items() if r},
+                      {c: tuple(r) for c, r in chains.items()})
+
+    def add(self, chunk: _Chunk) -> None:
+        for c, rules in chunk.nat.items():
+            self.nat[c].extend(rules)
+        for c, rules in chunk.filter.items():
+            self.filter[c].extend(rules)
+        self.service_chains.update(chunk.chains)
 
     def _clusterip_masq(self, p: ServicePortState, cip: str, dport: str) -> str | None:
         """Masquerade off-cluster traffic to the clusterIP (it may have been routed here from
@@ -226,16 +271,16 @@ class _Builder:
         mark = self.config.masquerade_mark
         self.nat[n.SERVICES].extend(self._nodeport_tail())
         masquerade = "-j MASQUERADE --random-fully" if self.config.masquerade_random_fully else "-j MASQUERADE"
-        nat = {
-            n.CANARY: [],
-            n.SERVICES: self.nat[n.SERVICES],
-            n.NODEPORTS: self.nat[n.NODEPORTS],
-            n.POSTROUTING: [
+        nat: dict[str, tuple[str, ...]] = {
+            n.CANARY: (),
+            n.SERVICES: tuple(self.nat[n.SERVICES]),
+            n.NODEPORTS: tuple(self.nat[n.NODEPORTS]),
+            n.POSTROUTING: (
                 f"-m mark ! --mark {mark}/{mark} -j RETURN",
                 f"-j MARK --set-xmark {mark}/0x0",
                 f'-m comment --comment "kubernetes service traffic requiring SNAT" {masquerade}',
-            ],
-            n.MARK_MASQ: [f"-j MARK --set-xmark {mark}/{mark}"],
+            ),
+            n.MARK_MASQ: (f"-j MARK --set-xmark {mark}/{mark}",),
             **self.service_chains,
         }
         forward = [] if self.config.conntrack_tcp_be_liberal else ["-m conntrack --ctstate INVALID -j DROP"]
@@ -248,7 +293,7 @@ class _Builder:
         tables: dict[str, dict[str, tuple[str, ...]]] = {
             "mangle": {n.CANARY: ()},
             "filter": {**_tuples(filter_), **ENTRY_JUMPS["filter"]},
-            "nat": {**_tuples(nat), **ENTRY_JUMPS["nat"]},
+            "nat": {**nat, **ENTRY_JUMPS["nat"]},
         }
         return Ruleset(self.family, tables)
 

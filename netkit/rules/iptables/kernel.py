@@ -15,15 +15,17 @@ One `IptablesKernel` per (family, backend, network namespace). Constructing it d
 from __future__ import annotations
 
 import shlex
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
 from netkit.errors import KernelError
 from netkit.model import IPFamily
-from netkit.netns import run
+from netkit.netns import run, wrap
 from netkit.rules.iptables.names import is_owned
 from netkit.rules.iptables.plan import Plan, render_plan
-from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse
+from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse_lines
 
 TABLES = ("mangle", "filter", "nat")
 BACKENDS = ("auto", "legacy", "nft")
@@ -49,16 +51,19 @@ class IptablesKernel:
         return f"{base}-{self.resolved_backend}{suffix}"
 
     def dump(self, tables: tuple[str, ...] = TABLES) -> Ruleset:
-        text = "".join(self._save(t) for t in tables)
-        return parse(text, self.family)
+        """What the kernel holds, read table by table; the output is parsed as it streams in."""
+        return parse_lines(self._save_lines(tables), self.family)
 
-    def _save(self, table: str) -> str:
-        proc = run([self.tool("save"), "-t", table], self.netns, check=False)
-        if proc.returncode != 0:
-            if "does not exist" in proc.stderr or "Table does not exist" in proc.stderr:
-                return ""
-            raise KernelError(f"{self.tool('save')} -t {table} failed", stderr=proc.stderr)
-        return proc.stdout
+    def _save_lines(self, tables: tuple[str, ...]) -> Iterator[str]:
+        for table in tables:
+            argv = wrap([self.tool("save"), "-t", table], self.netns)
+            with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  bufsize=1 << 20) as proc:
+                assert proc.stdout is not None and proc.stderr is not None
+                yield from proc.stdout
+                err = proc.stderr.read()
+            if proc.returncode != 0 and "does not exist" not in err:
+                raise KernelError(f"{self.tool('save')} -t {table} failed", stderr=err)
 
     def apply(self, plan: Plan) -> None:
         payload = render_plan(plan)

@@ -17,7 +17,7 @@ planner's business (`plan.render_plan`).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from ipaddress import ip_network
@@ -98,9 +98,16 @@ def _table_order(tables: Mapping[str, Chains]) -> list[str]:
 
 def parse(text: str, family: IPFamily, *, normalize_rules: bool = False) -> Ruleset:
     """Read iptables-save (or iptables-restore) text. Counters, policies and comments are dropped."""
+    return parse_lines(text.splitlines(), family, normalize_rules=normalize_rules)
+
+
+def parse_lines(lines: Iterable[str], family: IPFamily, *, normalize_rules: bool = False) -> Ruleset:
+    """`parse` over lines as they come (the kernel edge streams iptables-save's output through it, so
+    a 10k-service dump is never held as one text)."""
     tables: dict[str, dict[str, list[str]]] = {}
     current: dict[str, list[str]] | None = None
-    for lineno, line in enumerate(text.splitlines(), 1):
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.rstrip("\n")
         if not line or line[0] == "#":
             continue
         if line[0] == "*":

@@ -29,47 +29,9 @@ from ipaddress import ip_address, ip_network
 
 from netkit.model.types import IPAddress
 from netkit.rules.iptables.ruleset import Ruleset, is_builtin
+from netkit.rules.tracing import Outcome, Packet, Step, endpoints
 
-
-@dataclass(frozen=True, slots=True)
-class Packet:
-    src: IPAddress
-    dst: IPAddress
-    dport: int
-    proto: str = "tcp"
-    sport: int = 40000
-    local_addresses: tuple[IPAddress, ...] = ()  # the node's own addresses (addrtype LOCAL)
-    in_iface: str | None = None
-    mark: int = 0
-
-    @property
-    def from_node(self) -> bool:
-        return self.src in self.local_addresses or self.src.is_loopback
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    table: str
-    chain: str
-    index: int  # 1-based rule number in the chain
-    rule: str
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """One way the connection can go, with its probability."""
-
-    probability: float
-    verdict: str  # "accept" (delivered), "reject", "drop"
-    destination: str | None  # DNAT target "IP:port", or None when not translated
-    masquerade: bool
-    steps: tuple[Step, ...]
-    reason: Step | None  # the rule that decided (DNAT, REJECT, DROP), if any
-    unknown: tuple[str, ...] = ()  # rules the tracer could not interpret
-
-    @property
-    def delivered_to_node(self) -> bool:
-        return self.verdict == "accept" and self.destination is None
+__all__ = ["Outcome", "Packet", "Step", "endpoints", "trace"]
 
 
 @dataclass(slots=True)
@@ -334,12 +296,3 @@ def _module(name: str, opts: Sequence[tuple[bool, str, str]], pkt: Packet) -> fl
 def _split_hostport(text: str) -> tuple[IPAddress, int]:
     host, _, port = text.rpartition(":")
     return ip_address(host.strip("[]")), int(port)
-
-
-def endpoints(outcomes: Sequence[Outcome]) -> dict[str, float]:
-    """Destination → total probability, over the delivered outcomes."""
-    out: dict[str, float] = {}
-    for o in outcomes:
-        if o.verdict == "accept" and o.destination:
-            out[o.destination] = out.get(o.destination, 0.0) + o.probability
-    return out

@@ -78,7 +78,7 @@ class IPVSKernel:
                        self._payload_digest())
 
     def _services(self, ipvs: Any) -> tuple[VirtualServer, ...]:
-        from pyroute2 import IPVSService  # type: ignore[import-untyped]
+        from pyroute2 import IPVSService
         out: list[VirtualServer] = []
         for msg in ipvs.service("dump"):
             a = _attrs(msg.get_attr("IPVS_CMD_ATTR_SERVICE"))

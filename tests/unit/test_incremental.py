@@ -1,0 +1,67 @@
+"""StateBuilder and Compiler remember what they made; whatever the sequence of changes, their results
+equal a fresh build and compile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from netkit.config import Config, parse_cidrs
+from netkit.model import IPFamily, build
+from netkit.model.state import StateBuilder
+from netkit.model.types import Objects
+from netkit.rules.iptables.compile import Compiler, compile
+from tests.factories import endpoint, node, objects, service, slice_
+
+CFG = Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16"], "t"), large_cluster_endpoints=12)
+
+
+def docs_for(i: int, count: int, variant: int) -> list[dict[str, Any]]:
+    spec: dict[str, Any] = {"sessionAffinity": "ClientIP"} if variant % 3 == 1 else {}
+    if variant % 3 == 2:
+        spec = {"type": "NodePort", "ports": [{"name": "http", "port": 80, "nodePort": 30000 + i}]}
+    return [service(f"s{i}", ip=f"10.96.0.{i + 1}", **spec),
+            slice_(f"s{i}", endpoints=[endpoint(f"10.244.{i}.{j + 1}", "node-a" if j % 2 else "node-b")
+                                       for j in range(count)])]
+
+
+step = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3)), min_size=1, max_size=5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(step, min_size=1, max_size=4))
+def test_remembering_gives_the_same_results(steps: list[list[tuple[int, int]]]) -> None:
+    builder, compiler = StateBuilder(), Compiler(CFG, IPFamily.IPV4)
+    cache: dict[tuple[int, int, int], Objects] = {}
+    for services in steps:
+        docs: list[dict[str, Any]] = [node()]
+        pieces = []
+        for i, (count, variant) in enumerate(services):
+            key = (i, count, variant)
+            if key not in cache:  # unchanged services keep their very objects, as the store does
+                cache[key] = objects(*docs_for(i, count, variant))
+            pieces.append(cache[key])
+        merged = objects(*docs)
+        merged = Objects(tuple(s for p in pieces for s in p.services), tuple(s for p in pieces for s in p.slices),
+                         merged.nodes)
+        state = builder.build(merged, "node-a")
+        assert state == build(merged, "node-a")
+        assert compiler.compile(state) == compile(state, CFG, IPFamily.IPV4)
+
+
+def test_unchanged_services_keep_their_objects_and_chains() -> None:
+    a = objects(node(), *docs_for(0, 2, 0), *docs_for(1, 3, 1))
+    builder, compiler = StateBuilder(), Compiler(CFG, IPFamily.IPV4)
+    s1 = builder.build(a, "node-a")
+    first = compiler.compile(s1)
+    changed = objects(*docs_for(1, 2, 1))  # s1 loses an endpoint; s0 stays as it was
+    s2 = builder.build(Objects(a.services[:1] + changed.services, a.slices[:1] + changed.slices, a.nodes), "node-a")
+    assert s2.ports[0] is s1.ports[0]
+    assert s2.ports[1] is not s1.ports[1]
+    second = compiler.compile(s2)
+    s0_chains = [c for c, rules in first.chains("nat").items() if any("default/s0:http" in r for r in rules)
+                 and c.startswith(("KUBE-SVC-", "KUBE-SEP-"))]
+    assert len(s0_chains) == 3
+    assert all(second.rules("nat", c) is first.rules("nat", c) for c in s0_chains)
