@@ -12,6 +12,11 @@
    last service's ClusterIP (interleaved, so drift hits both), medians compared. Target: last
    within 10% of first.
 
+`--layouts 1000,3000` instead compares where a service's chain looks its endpoints up (no map, an
+anonymous map per service, a named map per service, shared maps with elements before or after the
+rules), each in a table of only dispatch, service chains and endpoints (docs/nftables.md, "What
+each endpoint-map layout measured").
+
 Everything runs in network namespaces created here with unique names and always removed.
 Figures are from a shared 2-core machine: read the ratios, not the absolutes.
 """
@@ -30,6 +35,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from ipaddress import IPv4Address, ip_network
 from pathlib import Path
 from typing import TypeVar
@@ -200,6 +206,59 @@ def latency(node: str, first: str, last: str, count: int) -> dict[str, list[floa
     return dict(json.loads(out))
 
 
+# ── endpoint-map layouts, isolated ───────────────────────────────────────────────────────────────
+
+LAYOUTS = ("none", "anonymous", "per-service", "shared-1", "shared-16-after", "shared-64", "shared-64-after",
+           "shared-256-after")
+
+
+def layout_script(n: int, e: int, layout: str) -> str:
+    """A table with the dispatch map, one chain per service and its dnat rule, endpoints looked up as
+    `layout` says; `shared-K[-after]`: K maps, key s × 4096 + i, elements sent after the rules."""
+    def ep(s: int, k: int) -> str:
+        return f"{ip(EP_BASE, s * e + k)} . 8080"
+    shards = int(layout.split("-")[1]) if layout.startswith("shared") else 0
+    after = layout.endswith("-after")
+    typeof = "typeof numgen random mod 1 : ip daddr . tcp dport"
+    out = ["table ip t {", " map service-ips { type ipv4_addr . inet_proto . inet_service : verdict; elements = { "
+           + ", ".join(f"{ip(SVC_BASE, s + 1)} . tcp . 80 : goto svc-{s}" for s in range(n)) + " }; }"]
+    for j in range(shards):
+        items = ", ".join(f"{s * 4096 + k} : {ep(s, k)}" for s in range(j, n, shards) for k in range(e))
+        out.append(f" map ep-{j} {{ {typeof}; " + (f"elements = {{ {items} }};" if items and not after else "") + " }")
+    out.append(" chain services { ip daddr . meta l4proto . th dport vmap @service-ips; }")
+    out.append(" chain nat-output { type nat hook output priority -100; policy accept; jump services; }")
+    for s in range(n):
+        dnat = "meta l4proto tcp dnat ip to"
+        if layout == "none":
+            rule = f"{dnat} {ip(EP_BASE, s * e)}:8080"
+        elif layout == "anonymous":
+            rule = f"{dnat} numgen random mod {e} map {{ " + ", ".join(f"{k} : {ep(s, k)}" for k in range(e)) + " }"
+        elif layout == "per-service":
+            out.append(f" map m-{s} {{ {typeof}; elements = {{ "
+                       + ", ".join(f"{k} : {ep(s, k)}" for k in range(e)) + " }; }")
+            rule = f"{dnat} numgen random mod {e} map @m-{s}"
+        else:
+            offset = f" offset {s * 4096}" if s else ""
+            rule = f"{dnat} numgen random mod {e}{offset} map @ep-{s % shards}"
+        out.append(f" chain svc-{s} {{ {rule}; }}")
+    out.append("}")
+    if after:
+        for j in range(shards):
+            items = ", ".join(f"{s * 4096 + k} : {ep(s, k)}" for s in range(j, n, shards) for k in range(e))
+            if items:
+                out.append(f"add element ip t ep-{j} {{ {items} }}")
+    return "\n".join(out) + "\n"
+
+
+def compare_layouts(sizes: list[int], e: int) -> None:
+    for n in sizes:
+        for layout in LAYOUTS:
+            script = layout_script(n, e, layout)
+            with namespace("lay") as ns:
+                _, took = timed(partial(sh, "ip", "netns", "exec", ns, "nft", "-f", "-", input=script))
+            print(f"layout {layout:17} {n:6} services: full load {took:6.2f} s", flush=True)
+
+
 # ── the run ──────────────────────────────────────────────────────────────────────────────────────
 
 def main() -> None:
@@ -208,8 +267,12 @@ def main() -> None:
     args.add_argument("--endpoints", type=int, default=10)
     args.add_argument("--connects", type=int, default=1000, help="connects per service in the latency test")
     args.add_argument("--skip-kube-proxy", action="store_true", help="skip the slow comparison load")
+    args.add_argument("--layouts", metavar="N,N", help="only compare endpoint-map layouts at these sizes")
     opt = args.parse_args()
     n, e = opt.services, opt.endpoints
+    if opt.layouts:
+        compare_layouts([int(x) for x in opt.layouts.split(",")], e)
+        return
     print(f"# nftables benchmark: {n} services × {e} endpoints")
     st = state(n, e)
     desired, t_compile = timed(lambda: compile(st, CONFIG, IPFamily.IPV4))
@@ -219,7 +282,7 @@ def main() -> None:
     for transport in ("cli", "lib"):
         with namespace(f"nk{transport}") as ns:
             k = NftKernel("ip", ns, transport=transport)
-            _, loads[transport] = timed(lambda k=k: k.apply(plan(None, desired)))
+            _, loads[transport] = timed(partial(k.apply, plan(None, desired)))
             assert k.dump() == desired, "the kernel holds what was compiled"
             print(f"netkit full load ({transport}): {loads[transport]:.2f} s")
     if not opt.skip_kube_proxy:
@@ -241,7 +304,7 @@ def main() -> None:
             k.apply(plan(None, desired))
             tx, t_plan = timed(lambda: plan(desired, after))
             text = render_transaction(tx)
-            _, t_apply = timed(lambda k=k, tx=tx: k.apply(tx))
+            _, t_apply = timed(partial(k.apply, tx))
             results[transport] = t_plan + t_apply
             print(f"one endpoint change ({transport}): plan {t_plan * 1000:.0f} ms + apply {t_apply * 1000:.0f} ms "
                   f"= {(t_plan + t_apply) * 1000:.0f} ms ({len(text)} bytes; full compile before it "

@@ -1,5 +1,8 @@
 """`netkit trace`: the IO around the pure tracer — where the rules and the node's addresses come from
-(compiled from manifests, or dumped from a live namespace), and how the answer is shown."""
+(compiled from manifests, or dumped from a live namespace), and how the answer is shown.
+
+Backend-generic: the mode's backend module (netkit.rules.registry) compiles, dumps (`kernel(…).dump()`)
+and traces (`trace(ruleset, packet)`, returning netkit.rules.tracing Outcomes)."""
 
 from __future__ import annotations
 
@@ -8,16 +11,16 @@ import json
 import sys
 from dataclasses import replace
 from ipaddress import ip_address
+from typing import Any
 
 from netkit.errors import NetkitError
 from netkit.inputs import config_from_args, load_inputs
 from netkit.model import IPFamily
 from netkit.model.types import IPAddress
 from netkit.netns import exists, run
-from netkit.rules.iptables.compile import compile
-from netkit.rules.iptables.kernel import IptablesKernel
-from netkit.rules.iptables.ruleset import Ruleset
-from netkit.rules.iptables.trace import Outcome, Packet, endpoints, trace
+from netkit.rules.backend import Backend
+from netkit.rules.registry import backend as get_backend
+from netkit.rules.tracing import Outcome, Packet, endpoints
 
 PROTOCOLS = ("tcp", "udp", "sctp")
 
@@ -40,12 +43,18 @@ def parse_destination(text: str) -> tuple[IPAddress, int, str]:
 def run_trace(args: argparse.Namespace) -> int:
     dst, dport, proto = parse_destination(args.to)
     family = IPFamily.of(dst)
-    ruleset, local = _rules_and_addresses(args, family)
+    be = get_backend(config_from_args(args).mode)
+    tracer = getattr(be, "trace", None)
+    if tracer is None:
+        raise NetkitError(f"--mode {be.name}: this backend has no tracer (trace works for iptables and nftables)")
+    ruleset, local = _rules_and_addresses(args, family, be)
     src = ip_address(args.source) if args.source else next((a for a in local if a.version == dst.version), None)
     if src is None:
         raise NetkitError("--from is needed: the node's own address is not known (give --node-ip or a Node object)")
     pkt = Packet(src, dst, dport, proto, local_addresses=local, in_iface=args.in_interface)
-    outcomes = trace(ruleset, pkt)
+    if ruleset is None:
+        raise NetkitError(f"no {be.name} rules of netkit for {family.value} in --netns {args.netns}")
+    outcomes = tracer(ruleset, pkt)
     if args.output == "json":
         json.dump(_json(pkt, outcomes), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -54,17 +63,18 @@ def run_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rules_and_addresses(args: argparse.Namespace, family: IPFamily) -> tuple[Ruleset, tuple[IPAddress, ...]]:
+def _rules_and_addresses(args: argparse.Namespace, family: IPFamily,
+                         be: Backend) -> tuple[Any, tuple[IPAddress, ...]]:
     if args.netns:
         if not exists(args.netns):
             raise NetkitError(f"--netns {args.netns}: no such network namespace (see `ip netns list`)")
         config = replace(config_from_args(args), iptables_backend=args.iptables_backend)
-        live = IptablesKernel(family, args.netns, config.iptables_backend).dump()
+        live = be.kernel(config, family, args.netns).dump()
         return live, _netns_addresses(args.netns) + config.node_ips
     if not args.files:
         raise NetkitError("give manifests (-f) to trace a compiled ruleset, or --netns NAME to trace a live one")
     inputs = load_inputs(args)
-    return compile(inputs.state, inputs.config, family), inputs.state.node.ips
+    return be.compile(inputs.state, inputs.config, family), inputs.state.node.ips
 
 
 def _netns_addresses(netns: str) -> tuple[IPAddress, ...]:
@@ -74,8 +84,8 @@ def _netns_addresses(netns: str) -> tuple[IPAddress, ...]:
 
 def _where(pkt: Packet) -> str:
     if pkt.from_node:
-        return "from this node: nat OUTPUT → filter OUTPUT → nat POSTROUTING"
-    return "arriving at this node: nat PREROUTING → filter INPUT/FORWARD → nat POSTROUTING"
+        return "from this node: output → postrouting"
+    return "arriving at this node: prerouting → input/forward → postrouting"
 
 
 def _print(pkt: Packet, outcomes: list[Outcome], verbose: bool) -> None:

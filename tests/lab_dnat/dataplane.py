@@ -1,10 +1,12 @@
-"""netkit's iptables rules in a lab's node A, and the check that the kernel does what trace predicts.
+"""netkit's rules in a lab's node A, and the check that the kernel does what trace predicts.
 
-A `Dataplane` is a running lab (netkit/lab) plus an iptables backend ("legacy" or "nft"). `apply()`
-compiles manifests and writes them into node A exactly as `netkit apply` does (compile → plan against
-a dump → IptablesKernel.apply). `predict()` traces a packet over the LIVE ruleset dumped back from
-node A — not over the compiled one — so a difference between what netkit meant to write and what the
-kernel holds shows up too.
+A `Dataplane` is a running lab (netkit/lab) plus a backend: "legacy" or "nft" (the iptables mode
+through iptables-legacy or iptables-nft) or "nftables" (the nftables mode). `apply()` compiles
+manifests and writes them into node A exactly as `netkit apply` does (backend compile → plan against
+a dump → kernel apply). `predict()` traces a packet, with that mode's tracer, over the LIVE ruleset
+dumped back from node A — not over the compiled one — so a difference between what netkit meant to
+write and what the kernel holds shows up too. Where the nftables mode means to answer a flow
+differently, tests/nft_flows.py says so.
 
 `expect_kernel_agrees(flow)` is the heart of the kernel tests: it sends the flow's packet through the
 lab for real and checks, for both real sockets and Scapy probes sniffed at the backends:
@@ -12,7 +14,8 @@ lab for real and checks, for both real sockets and Scapy probes sniffed at the b
 - delivered flows: every backend reached is one trace predicted (by IP and, from probes, port); the
   spread over them fits trace's probabilities (chi-square, `assert_spread`); the source each backend
   saw is masqueraded (an address of node A) exactly where trace says so, else the client's own;
-- ClientIP affinity (trace walked a `-m recent --set` rule): one client always gets one backend;
+- ClientIP affinity (trace walked a `-m recent --set` or `update @aff-…` rule): one client always gets
+  one backend;
 - rejected flows: connection refused, at once (well below any timeout); probes reach no pod;
 - dropped flows: the client times out; probes reach no pod and do not leave the node;
 - untranslated flows: the packet leaves node A's uplink with its destination unchanged.
@@ -27,24 +30,26 @@ from dataclasses import dataclass
 from functools import cached_property
 from ipaddress import ip_address
 from pathlib import Path
+from typing import Any
 
 from netkit.config import Config, parse_cidrs, parse_ips
 from netkit.lab import Lab, Outcome, Probe, Reply, assert_spread
 from netkit.model import IPFamily, build
 from netkit.model.types import IPAddress
-from netkit.rules.iptables.compile import compile
-from netkit.rules.iptables.kernel import IptablesKernel
-from netkit.rules.iptables.plan import plan
-from netkit.rules.iptables.ruleset import Ruleset
-from netkit.rules.iptables.trace import Outcome as Predicted
-from netkit.rules.iptables.trace import Packet, endpoints, trace
+from netkit.rules.backend import Backend, Kernel
+from netkit.rules.registry import backend as get_backend
+from netkit.rules.tracing import Outcome as Predicted
+from netkit.rules.tracing import Packet, endpoints
 from netkit.sources.manifests import load
 from tests.conftest import EXAMPLES
 from tests.flows import Flow
+from tests.nft_flows import expected
 
 HERE = Path(__file__).resolve().parent
 LAB_EDGE = HERE / "manifests" / "edge.yaml"
-BACKENDS = ("legacy", "nft")
+BACKENDS = ("legacy", "nft", "nftables")  # iptables-legacy, iptables-nft, the nftables mode
+TOOLS = {"legacy": ("iptables-legacy-restore", "ip6tables-legacy-restore"),
+         "nft": ("iptables-nft-restore", "ip6tables-nft-restore"), "nftables": ("nft",)}
 UPLINK = "node-a:uplink-peer"  # where traffic leaving node A untranslated (to "the internet") shows up
 
 SPREAD_CONNECTIONS = 240  # 3 endpoints: 80 expected each; "one gets all/nothing" gives p < 1e-30
@@ -57,14 +62,24 @@ ALPHA = 1e-6
 
 
 def config(backend: str) -> Config:
+    nftables = backend == "nftables"
     return Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16", "fd00:244::/56"], "lab"),
-                  node_ips=parse_ips(["192.0.2.10", "2001:db8:2::10"], "lab"), iptables_backend=backend)
+                  node_ips=parse_ips(["192.0.2.10", "2001:db8:2::10"], "lab"),
+                  mode="nftables" if nftables else "iptables", iptables_backend="auto" if nftables else backend)
 
 
 @dataclass(frozen=True)
 class Dataplane:
     lab: Lab
     backend: str
+
+    @property
+    def mode(self) -> str:
+        return config(self.backend).mode
+
+    @property
+    def be(self) -> Backend:
+        return get_backend(self.mode)
 
     def apply(self, *paths: Path) -> None:
         """Compile the manifests (plus examples/00-node.yaml) and write them into node A, both families."""
@@ -73,12 +88,12 @@ class Dataplane:
         state = build(load(files).objects, "node-a", cfg.node_ips)
         for family in (IPFamily.IPV4, IPFamily.IPV6):
             kernel = self.kernel(family)
-            kernel.apply(plan(kernel.dump(), compile(state, cfg, family)))
+            kernel.apply(self.be.plan(kernel.dump(), self.be.compile(state, cfg, family)))
 
-    def kernel(self, family: IPFamily) -> IptablesKernel:
-        return IptablesKernel(family, self.lab.node_a.netns, self.backend)
+    def kernel(self, family: IPFamily) -> Kernel:
+        return self.be.kernel(config(self.backend), family, self.lab.node_a.netns)
 
-    def live(self, family: IPFamily) -> Ruleset:
+    def live(self, family: IPFamily) -> Any:
         return self.kernel(family).dump()
 
     @cached_property
@@ -91,7 +106,7 @@ class Dataplane:
         """trace() over the ruleset node A holds right now."""
         target = ip_address(dst)
         pkt = Packet(ip_address(src), target, port, proto, local_addresses=self.node_addresses)
-        return trace(self.live(IPFamily.of(target)), pkt)
+        return self.be.trace(self.live(IPFamily.of(target)), pkt)  # type: ignore[attr-defined, no-any-return]
 
     # --- who sends ------------------------------------------------------------------------------
 
@@ -122,6 +137,7 @@ class Dataplane:
     def expect_kernel_agrees(self, flow: Flow) -> list[Predicted]:
         host, _, port_text = flow.dst.rpartition(":")
         dst, port = host.strip("[]"), int(port_text)
+        flow = expected(flow, self.mode)
         predicted = self.predict(flow.src, dst, port, flow.proto)
         expect_prediction_matches(flow, predicted)
         where, bind = self.origin(flow.src)
@@ -220,8 +236,10 @@ def expect_prediction_matches(flow: Flow, predicted: list[Predicted]) -> None:
 
 
 def sticky(predicted: list[Predicted]) -> bool:
-    """Did the walk record the client for ClientIP affinity (`-m recent --set`)?"""
-    return any("-m recent" in s.rule and "--set" in s.rule for o in predicted for s in o.steps)
+    """Did the walk record the client for ClientIP affinity (iptables `-m recent --set`, nftables
+    `update @aff-…`)?"""
+    return any(("-m recent" in s.rule and "--set" in s.rule) or " update @" in f" {s.rule}"
+               for o in predicted for s in o.steps)
 
 
 def masquerade_by_pod(dp: Dataplane, predicted: list[Predicted]) -> dict[str, bool]:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from netkit.lab import Outcome, assert_spread
-from netkit.rules.iptables.trace import endpoints
+from netkit.rules.tracing import endpoints
 from tests.conftest import EXAMPLES
 from tests.flows import POD_A, Flow
 from tests.lab_dnat.dataplane import ALPHA, Dataplane, sticky
@@ -39,7 +39,7 @@ def test_client_ip_affinity_sticks_per_client_and_spreads_across_clients(datapla
     dataplane.apply(EXAMPLES)
     add_client_addresses(dataplane, CLIENTS)
     predicted = dataplane.predict(str(CLIENTS[0]), STICKY_EXTERNAL_IP, 80)
-    assert sticky(predicted), "trace should walk the affinity (-m recent --set) rule"
+    assert sticky(predicted), "trace should walk the affinity rule (-m recent --set / update @aff-…)"
     odds = {dataplane.pod_at(d): p for d, p in endpoints(predicted).items()}
     assert len(odds) == 3
     first: list[str | None] = []

@@ -14,9 +14,19 @@ from pathlib import Path
 import pytest
 
 from netkit.config import Config
-from netkit.model import IPFamily, NodeState, build
+from netkit.model import (
+    EndpointAddr,
+    IPFamily,
+    NodeState,
+    ObjectRef,
+    Protocol,
+    ServicePortName,
+    ServicePortState,
+    build,
+)
 from netkit.rules.nftables import backend, names
-from netkit.rules.nftables.compile import compile
+from netkit.rules.nftables import compile as compile_module
+from netkit.rules.nftables.compile import SHARDS, SLOTS, STRIDE, compile, endpoint_slots
 from netkit.rules.nftables.parse import parse
 from netkit.rules.nftables.render import render
 from netkit.rules.nftables.ruleset import Ruleset
@@ -67,14 +77,46 @@ def test_clusterip_dispatch_is_one_map_element_and_one_dnat_rule() -> None:
     rs = ipv4("10-web-clusterip.yaml")
     svc = names.service_object("svc", next(p for p in state_of(str(EXAMPLES / "10-web-clusterip.yaml")).ports))
     assert elements(rs, "service-ips") == {"10.96.0.10 . tcp . 80": f"goto {svc}"}
+    slot = endpoint_slots(state_of(str(EXAMPLES / "10-web-clusterip.yaml")).ports)[svc]
+    shard, offset = names.endpoint_shard("tcp", slot % SHARDS), slot * STRIDE
     assert rs.chain_map()[svc].rules == (
         "ip daddr 10.96.0.10 th dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade",
-        f"meta l4proto tcp dnat ip to numgen random mod 3 map @{svc}",
+        f"meta l4proto tcp dnat ip to numgen random mod 3 offset {offset} map @{shard}",
     )
-    endpoint_map = rs.set_map()[svc]
+    endpoint_map = rs.set_map()[shard]
     assert endpoint_map.key_type == ("integer",) and endpoint_map.value_type == "ipv4_addr . inet_service"
-    assert elements(rs, svc) == {"0": "10.244.1.11 . 8080", "1": "10.244.1.12 . 8080", "2": "10.244.2.11 . 8080"}
+    assert elements(rs, shard) == {str(offset): "10.244.1.11 . 8080", str(offset + 1): "10.244.1.12 . 8080",
+                                   str(offset + 2): "10.244.2.11 . 8080"}
     assert not [c for c in rs.chains if "10.244" in c.name], "no chain per endpoint"
+    assert [s.name for s in rs.sets if s.name.startswith(("svc-", "endpoints-"))] == [shard], "no map per service"
+
+
+def service_port(i: int) -> ServicePortState:
+    eps = tuple(EndpointAddr(ip_address("10.244.0.0") + 2 * i + k, 8080) for k in range(2))
+    return ServicePortState(ServicePortName(ObjectRef("ns", f"svc-{i}"), "http"), IPFamily.IPV4, Protocol.TCP,
+                            ip_address("10.96.0.0") + i, 80, endpoints=eps, cluster_endpoints=eps, has_endpoints=True)
+
+
+def test_endpoint_slots_are_stable_and_distinct() -> None:
+    """Every endpoint chain gets its own key range; adding services moves no other service's slot
+    unless it collides (checked here over 2,000 ports, in and out of order)."""
+    ports = [service_port(i) for i in range(2000)]
+    slots = endpoint_slots(ports)
+    assert len(set(slots.values())) == len(slots) == 2000
+    assert all(0 <= s < SLOTS for s in slots.values())
+    assert endpoint_slots(reversed(ports)) == slots
+    fewer = endpoint_slots(ports[:1000])
+    moved = [k for k, v in fewer.items() if slots[k] != v]
+    assert len(moved) <= 5  # only hash collisions with the 1,000 added names move a slot
+
+
+def test_a_port_with_more_endpoints_than_a_stride_gets_its_own_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compile_module, "STRIDE", 2)
+    rs = ipv4("10-web-clusterip.yaml")
+    svc = names.service_object("svc", next(p for p in state_of(str(EXAMPLES / "10-web-clusterip.yaml")).ports))
+    assert rs.chain_map()[svc].rules[-1] == f"meta l4proto tcp dnat ip to numgen random mod 3 map @{svc}"
+    assert elements(rs, svc) == {"0": "10.244.1.11 . 8080", "1": "10.244.1.12 . 8080", "2": "10.244.2.11 . 8080"}
+    assert not [s for s in rs.sets if s.name.startswith("endpoints-")]
 
 
 def test_masquerade_all_and_no_detector() -> None:
@@ -131,8 +173,9 @@ def test_dual_stack_has_one_table_per_family() -> None:
     assert v6.family == "ip6"
     assert elements(v6, "cluster-ips") == {"fd00:96::14": None}
     rule = chain(v6, "svc-", "dual/tcp/http")[1]
-    assert "dnat ip6 to numgen random mod 2 map @svc-" in rule
-    assert elements(v6, rule.split("@")[1])["0"] == "fd00:244:0:1::11 . 8080"
+    assert "dnat ip6 to numgen random mod 2 offset " in rule and " map @endpoints-tcp-" in rule
+    offset = rule.split(" offset ")[1].split()[0]
+    assert elements(v6, rule.split("@")[1])[offset] == "fd00:244:0:1::11 . 8080"
 
 
 def test_without_endpoints_reject_or_drop() -> None:

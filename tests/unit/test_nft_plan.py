@@ -20,12 +20,12 @@ from netkit.config import Config
 from netkit.errors import KernelError
 from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ObjectRef, Protocol, ServicePortName
 from netkit.model.state import ServicePortState
-from netkit.rules.nftables.compile import compile
+from netkit.rules.nftables.compile import STRIDE, compile, endpoint_slots
 from netkit.rules.nftables.fake import FakeKernel
+from netkit.rules.nftables.names import port_label
 from netkit.rules.nftables.parse import parse
 from netkit.rules.nftables.plan import Transaction, plan, render_plan
 from netkit.rules.nftables.render import render
-from netkit.rules.nftables.names import port_label
 from netkit.rules.nftables.ruleset import Chain, Element, Ruleset
 from tests.unit.nft_states import NODE_V4, node_states
 
@@ -91,7 +91,7 @@ def _endpoint_state(count: int) -> NodeState:
     return NodeState(NodeInfo("node-a", None, (NODE_V4,)), ports)
 
 
-def test_endpoint_change_rewrites_one_chain_and_one_endpoint_map_element() -> None:
+def test_endpoint_change_rewrites_one_chain_and_deletes_one_endpoint_map_element() -> None:
     a = compile(_endpoint_state(3), CONFIG, IPFamily.IPV4)
     state = _endpoint_state(3)
     first = state.ports[0]
@@ -101,11 +101,14 @@ def test_endpoint_change_rewrites_one_chain_and_one_endpoint_map_element() -> No
     tx = plan(a, b)
     (svc,) = tx.flush_chains
     assert tuple(c.name for c in tx.rules) == (svc,)
-    assert tx.delete_elements == ((svc, Element("2", "10.244.1.3 . 8080")),) and tx.add_elements == ()
+    offset = endpoint_slots(state.ports)[svc] * STRIDE
+    (shard, gone), = tx.delete_elements
+    assert shard.startswith("endpoints-tcp-") and gone == Element(str(offset + 2), "10.244.1.3 . 8080")
+    assert tx.add_elements == ()
     assert not tx.add_chains and not tx.delete_chains and not tx.add_sets and not tx.delete_sets
     script = render_plan(tx)
-    assert script.startswith(f"flush chain ip netkit {svc}\ndelete element ip netkit {svc} {{ 2 }}\n")
-    assert script.endswith(f"dnat ip to numgen random mod 2 map @{svc}\n")
+    assert script.startswith(f"flush chain ip netkit {svc}\ndelete element ip netkit {shard} {{ {offset + 2} }}\n")
+    assert script.endswith(f"dnat ip to numgen random mod 2 offset {offset} map @{shard}\n")
     assert plan(strip(a), strip(b)) == tx
 
 

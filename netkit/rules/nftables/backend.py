@@ -1,7 +1,7 @@
 """The nftables backend as a `netkit.rules.backend.Backend`: `from netkit.rules.nftables import backend`.
 
 Module-level functions are the protocol's members, so the module object itself is the backend
-(`name`, `compile`, `render`, `plan`, `render_plan`, `summarize`, `kernel`).
+(`name`, `compile`, `render`, `plan`, `render_plan`, `summarize`, `kernel`), plus `trace`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from netkit.rules.nftables import plan as _plan
 from netkit.rules.nftables import render as _render
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.ruleset import NamedSet, Ruleset
+from netkit.rules.nftables.trace import trace
 
 name = "nftables"
+
+__all__ = ["compile", "kernel", "name", "plan", "render", "render_plan", "summarize", "trace"]
 
 
 def family_name(family: IPFamily) -> str:
@@ -55,15 +58,19 @@ def summarize(ruleset: Ruleset | None) -> Mapping[str, tuple[str, ...]]:
 
 
 def dnat_targets(rule: str, sets: Mapping[str, NamedSet]) -> list[str]:
-    """Endpoints in a canonical dnat rule: `… to A:P`, `… map @NAME` (an endpoint map, read from
-    `sets`) or `… map { 0 : A . P, … }`."""
+    """Endpoints in a canonical dnat rule: `… to A:P`, `… numgen random mod N [offset O] map @NAME`
+    (keys O … O+N-1 of an endpoint map, read from `sets`) or `… map { 0 : A . P, … }`."""
     _, sep, target = rule.partition(" dnat ")
     if not sep:
         return []
     target = target.split(" to ", 1)[1]
     if " map @" in target:
         found = sets.get(target.split(" map @", 1)[1].split()[0])
-        values = [e.value for e in found.elements if e.value] if found else []
+        words = target.split()
+        mod = int(words[words.index("mod") + 1]) if "mod" in words else None
+        offset = int(words[words.index("offset") + 1]) if "offset" in words else 0
+        keys = {str(offset + i) for i in range(mod)} if mod is not None else None
+        values = [e.value for e in found.elements if e.value and (keys is None or e.key in keys)] if found else []
     elif " map { " in target:
         body = target.split(" map { ", 1)[1].rstrip(" }")
         values = [item.split(" : ", 1)[1] for item in body.split(", ")]

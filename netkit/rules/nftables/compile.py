@@ -17,13 +17,19 @@ services, and the kernel work of a sync is proportional to what changed:
 
 - Dispatch: `ip daddr . meta l4proto . th dport vmap @service-ips` is one hash lookup; a new service
   is one element, a removed one is one element delete.
-- Endpoint choice without a chain per endpoint: `dnat ip to numgen random mod N map @svc-…` — one
-  rule per service port and one named map of its endpoints (`0 : ip . port, …`), named like its chain.
-  kube-proxy's layout (a chain per endpoint) made a full load of 10k services × 10 endpoints take
-  148 s here against 10.4 s without endpoint chains (kernel-facts.md). A named map rather than an
-  anonymous `map { … }` in the rule: the kernel names every new anonymous set by scanning all sets of
-  the table, which made loads grow quadratically (docs/nftables.md has the measurements), and an
-  endpoint change becomes element updates plus a one-rule rewrite that creates no set.
+- Endpoint choice without a chain per endpoint: `dnat ip to numgen random mod N offset O map
+  @endpoints-tcp-3f` — one rule per service port; its endpoints are the elements O … O+N-1 of one of
+  a fixed number of shared endpoint maps (SHARDS per protocol). kube-proxy's layout (a chain per
+  endpoint) made a full load of 10k services × 10 endpoints take 148 s here against 10.4 s without
+  endpoint chains (kernel-facts.md). Why shared and sharded (docs/nftables.md has the measurements):
+  the kernel finds a set by name with a linear walk of the table's sets, and names each anonymous set
+  by another such walk, so one map per service (named or anonymous) makes a load quadratic in the
+  number of services; one map for all is quadratic too, because binding a map to a rule walks the
+  map's other bindings (and, for a map, its elements). A few dozen maps per protocol keep all of
+  those walks short. O = slot × STRIDE, where each endpoint chain's slot is a hash of its name,
+  collisions settled in name order (`endpoint_slots`), so a service keeps its keys from sync to
+  sync and an endpoint change is a one-rule rewrite plus element updates that create no set. A port
+  with more than STRIDE endpoints gets a map of its own, named like its chain.
 - ClientIP affinity (the only place with per-endpoint rules, never per-endpoint chains): a dynamic
   set with a timeout per endpoint; a client found in one is sent to that endpoint again and its entry
   refreshed; a new client takes the random cascade `numgen random mod (N-i) 0` (1/N each overall, as
@@ -44,6 +50,7 @@ Everything is a pure function of (NodeState, Config, family): no IO, no state be
 from __future__ import annotations
 
 import ipaddress
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -64,6 +71,9 @@ from netkit.rules.nftables.ruleset import (
     prefixes,
 )
 
+SHARDS = 64  # shared endpoint maps per protocol (only those in use are declared)
+STRIDE = 4096  # keys per endpoint chain in a shared map: its endpoints are O … O+N-1, O = slot × STRIDE
+SLOTS = 1 << 20  # STRIDE × SLOTS = 2³², the range of `numgen … offset` and of the map's 32-bit key
 AFFINITY_SET_SIZE = 65535  # nft's default for dynamic sets, written explicitly so a dump compares equal
 _IFNAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
@@ -71,10 +81,12 @@ _IFNAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123
 class Ctx:
     """The per-family constants every rule builder needs (not a dataclass: never compared)."""
 
-    __slots__ = ("_text", "addr_type", "config", "family", "ip", "local", "node_ips", "not_local")
+    __slots__ = ("_text", "addr_type", "config", "family", "ip", "local", "node_ips", "not_local", "slots")
 
-    def __init__(self, family: IPFamily, config: Config, node_ips: Sequence[IPAddress] = ()) -> None:
+    def __init__(self, family: IPFamily, config: Config, node_ips: Sequence[IPAddress] = (),
+                 slots: dict[str, int] | None = None) -> None:
         self.family = family
+        self.slots = slots or {}
         self.node_ips = tuple(node_ips)
         self.ip = "ip" if family is IPFamily.IPV4 else "ip6"
         self.addr_type = "ipv4_addr" if family is IPFamily.IPV4 else "ipv6_addr"
@@ -93,28 +105,66 @@ class Ctx:
 
 def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:
     """The complete desired table of one family, indexed by service port (see ruleset.Parts)."""
-    ctx = Ctx(family, config, state.node.ips)
+    ports = state.family(family)
+    ctx = Ctx(family, config, state.node.ips, endpoint_slots(ports))
     shared = fixed_sets(ctx, state)
     chains = fixed_chains(ctx, bool(config.node_port_addresses))
-    fixed = Part.of(chains, shared, ())
+    fixed_chain_list = list(chains)
     own_sets: list[NamedSet] = []
     added: dict[str, list[Element]] = {s.name: [] for s in shared}
-    ports: dict[str, Part] = {}
+    parts: dict[str, Part] = {}
     unique = True
-    for p in state.family(family):
+    for p in ports:
         elements, port_chains, port_sets = service_port(ctx, p)
         label = n.port_label(p)
-        unique = unique and label not in ports
-        ports[label] = Part.of(port_chains, port_sets, elements)
+        unique = unique and label not in parts
+        parts[label] = Part.of(port_chains, port_sets, elements)
         chains.extend(port_chains)
         own_sets.extend(port_sets)
         for set_name, element in elements:
-            added[set_name].append(element)
+            added.setdefault(set_name, []).append(element)
+    shared.extend(shard_map(ctx, name) for name in sorted(added.keys() - {s.name for s in shared}))
+    fixed = Part.of(fixed_chain_list, shared, ())  # the shards in use belong to the fixed layer
     full = [replace(s, elements=s.elements | frozenset(added[s.name])) for s in shared]
     rs = Ruleset.of(ctx.ip, [*full, *own_sets], chains)
     if not unique:  # two ports with one label cannot happen in a valid state; plan then diffs in full
         return rs
-    return Ruleset(rs.family, rs.table, rs.sets, rs.chains, Parts(fixed, ports, rs.sets, rs.chains))
+    return Ruleset(rs.family, rs.table, rs.sets, rs.chains, Parts(fixed, parts, rs.sets, rs.chains))
+
+
+def endpoint_slots(ports: Iterable[ServicePortState]) -> dict[str, int]:
+    """Endpoint chain name → its slot in the shared endpoint maps: a hash of the name, the next free
+    slot on a collision, names taken in sorted order. A pure function of the set of names, so a
+    service keeps its slot from sync to sync (only a new name sorting before it with the same hash
+    can move it, which costs that one service a rule rewrite)."""
+    names: list[str] = []
+    for p in ports:
+        if p.cluster_endpoints and len(p.cluster_endpoints) > 1:
+            names.append(n.service_object("svc", p))
+        if p.local_endpoints and len(p.local_endpoints) > 1:
+            names.append(n.service_object("local", p))
+    taken: set[int] = set()
+    out: dict[str, int] = {}
+    for name in sorted(names):
+        slot = (zlib.crc32(name.encode()) >> 12) % SLOTS
+        while slot in taken:
+            slot = (slot + 1) % SLOTS
+        taken.add(slot)
+        out[name] = slot
+    return out
+
+
+def shard_map(ctx: Ctx, name: str) -> NamedSet:
+    """A shared endpoint map (`endpoints-<proto>-<shard>`): key slot × STRIDE + i, value ip . port."""
+    return NamedSet(name, ("integer",), f"{ctx.addr_type} . inet_service")
+
+
+def shard_of(ctx: Ctx, p: ServicePortState, chain: str, eps: Sequence[EndpointAddr]) -> tuple[str, int] | None:
+    """(shared map, offset) holding an endpoint chain's endpoints, or None when it needs its own map."""
+    slot = ctx.slots.get(chain)
+    if slot is None or len(eps) > STRIDE:
+        return None
+    return n.endpoint_shard(p.protocol.lower, slot % SHARDS), slot * STRIDE
 
 
 def local_detector(config: Config, family: IPFamily, ip: str) -> tuple[str | None, str | None]:
@@ -229,14 +279,20 @@ def service_port(ctx: Ctx, p: ServicePortState) -> tuple[Elements, list[Chain], 
     ext = n.service_object("ext", p) if p.has_endpoints and p.externally_accessible else None
     chains: list[Chain] = []
     maps: list[NamedSet] = []
+    chosen: Elements = []
     for name, eps in ((cluster, p.cluster_endpoints), (local, p.local_endpoints)):
         if name:
             chains.append(Chain(name, endpoint_rules(ctx, p, eps, internal == name, name)))
             if len(eps) > 1 and not p.affinity_timeout:
-                maps.append(endpoint_map(ctx, name, eps))
+                shard = shard_of(ctx, p, name, eps)
+                if shard:
+                    chosen.extend((shard[0], Element(str(shard[1] + i), f"{ctx.text(e.ip)} . {e.port}"))
+                                  for i, e in enumerate(eps))
+                else:
+                    maps.append(endpoint_map(ctx, name, eps))
     if ext:
         chains.append(Chain(ext, ext_rules(ctx, p, cluster or local, external)))
-    elements = internal_elements(ctx, p, internal) + external_elements(ctx, p, ext, external)
+    elements = internal_elements(ctx, p, internal) + external_elements(ctx, p, ext, external) + chosen
     fw = firewall(ctx, p)
     if fw:
         chains.append(fw[0])
@@ -320,13 +376,18 @@ def endpoint_rules(ctx: Ctx, p: ServicePortState, eps: Sequence[EndpointAddr], i
     dnat = f"meta l4proto {p.protocol.lower} dnat {ctx.ip} to"
     if len(eps) == 1:
         rules.append(f"{dnat} {endpoint(ctx, eps[0])}")
+        return tuple(rules)
+    shard = shard_of(ctx, p, chain, eps)
+    if shard:
+        offset = f" offset {shard[1]}" if shard[1] else ""
+        rules.append(f"{dnat} numgen random mod {len(eps)}{offset} map @{shard[0]}")
     else:
         rules.append(f"{dnat} numgen random mod {len(eps)} map @{chain}")
     return tuple(rules)
 
 
 def endpoint_map(ctx: Ctx, chain: str, eps: Sequence[EndpointAddr]) -> NamedSet:
-    """The endpoints of one endpoint chain, by index: the map its `numgen random mod N` looks up.
+    """The endpoints of an endpoint chain with more than STRIDE of them, by index: its own map.
     Named like its chain (sets and chains are separate namespaces). Key type `integer` is declared
     `typeof numgen random mod 1` when rendered (nft has no plain integer type for a map key)."""
     elements = frozenset(Element(str(i), f"{ctx.text(e.ip)} . {e.port}") for i, e in enumerate(eps))

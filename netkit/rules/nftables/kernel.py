@@ -111,7 +111,7 @@ class NftKernel:
 
 def load_nftables_module() -> ModuleType | None:
     try:
-        import nftables as module  # type: ignore[import-not-found]
+        import nftables as module
 
         if hasattr(module, "Nftables"):  # not some other module that happens to be called nftables
             return module  # type: ignore[no-any-return]

@@ -48,6 +48,9 @@ NODEPORT_IPS = "nodeport-ips"
 HAIRPIN = "hairpin-endpoints"
 HEALTH_CHECK_NODEPORTS = "health-check-nodeports"
 
+# Shared endpoint maps: `endpoints-<proto>-<shard>` (see compile.endpoint_slots).
+ENDPOINTS = "endpoints"
+
 # Fixed chains.
 SERVICES = "services"
 MASQUERADING = "masquerading"
@@ -87,6 +90,17 @@ def service_object(kind: str, p: ServicePortState) -> str:
 def affinity_set(p: ServicePortState, ep: EndpointAddr) -> str:
     label = f"{port_label(p)}__{str(ep.ip).replace(':', '.')}/{ep.port}"
     return checked(f"aff-{hash8(label)}-{label}")
+
+
+def endpoint_shard(protocol: str, shard: int) -> str:
+    """A shared endpoint map: `endpoints-tcp-3f` (the protocol is part of the map's typeof)."""
+    return f"{ENDPOINTS}-{protocol}-{shard:02x}"
+
+
+def shard_protocol(name: str) -> str | None:
+    """The protocol of a shared endpoint map's name, or None for any other name."""
+    parts = name.split("-")
+    return parts[1] if len(parts) == 3 and parts[0] == ENDPOINTS else None
 
 
 def checked(name: str) -> str:

@@ -9,6 +9,7 @@ rewrites is normalised here:
 - a dynamic set is listed with flags ["timeout"] only (nft 1.0.6 JSON drops "dynamic");
 - `reject` comes back as `reject with icmp(v6) type port-unreachable`;
 - `dnat ip to a:p` comes back without its family;
+- a `numgen … offset` of 2³¹ or more comes back negative (printed as signed 32-bit);
 - an interval set comes back merged, possibly as ranges: printed as sorted prefixes again;
 - match operators: `==` and `in` are implicit in nft's syntax except after a bitwise expression.
 
@@ -221,7 +222,8 @@ def _map(body: JSON) -> str:
 
 
 def _numgen(body: JSON) -> str:
-    offset = f" offset {body['offset']}" if body.get("offset") else ""
+    # nft 1.0.6 prints a 32-bit offset as a signed integer: 3466993664 comes back as -827973632
+    offset = f" offset {int(body['offset']) & 0xFFFFFFFF}" if body.get("offset") else ""
     return f"numgen {body['mode']} mod {body['mod']}{offset}"
 
 

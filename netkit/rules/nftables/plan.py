@@ -8,7 +8,10 @@ and every chain that uses such a set is rewritten with it so the set is unrefere
 
 Order inside the transaction, so every reference resolves and every delete is allowed:
 flush rewritten and stale chains → delete elements → delete stale or redefined sets → delete stale
-chains → add chains → add sets (with elements) → add elements → add rules.
+chains → add chains → add sets → add rules → add elements (of new sets, then of existing ones).
+Elements go last because the kernel walks a map's elements whenever a rule in another chain binds
+it: with the elements added after the rules, loading a table binds empty maps (docs/nftables.md).
+A new table is created the same way: its declaration without elements, then every set's elements.
 
 Deferred deletion: kernels before 6.2 refuse to delete, in the same transaction, a chain that a
 just-deleted map element still referenced (the element released its reference only at commit). Such
@@ -185,7 +188,10 @@ def script(tx: Transaction) -> Iterator[str]:
     t = f"{tx.family} {tx.table}"
     if tx.create is not None:
         yield f"add table {t}"
-        yield from render(tx.create).splitlines()
+        bare = replace(tx.create, sets=tuple(st.definition() for st in tx.create.sets), parts=None)
+        yield from render(bare).splitlines()
+        yield from element_commands("add", t, [(st.name, e) for st in tx.create.sets if not st.dynamic
+                                               for e in sorted(st.elements)])
         return
     yield from (f"flush chain {t} {c}" for c in tx.flush_chains)
     yield from element_commands("delete", t, tx.delete_elements, keys_only=True)
@@ -195,10 +201,11 @@ def script(tx: Transaction) -> Iterator[str]:
         yield f"add chain {t} {c.name} {{ {hook_line(c.hook)} }}" if c.hook else f"add chain {t} {c.name}"
     for s in tx.add_sets:
         yield f"add {'map' if s.is_map else 'set'} {t} {s.name} {set_spec(s)}"
+    yield from (f"add rule {t} {c.name} {rule}" for c in tx.rules for rule in c.rules)
+    for s in tx.add_sets:
         if s.elements and not s.dynamic:
             yield from element_commands("add", t, [(s.name, e) for e in sorted(s.elements)])
     yield from element_commands("add", t, tx.add_elements)
-    yield from (f"add rule {t} {c.name} {rule}" for c in tx.rules for rule in c.rules)
 
 
 def element_commands(verb: str, t: str, elements: Iterable[SetElement], *, keys_only: bool = False) -> Iterator[str]:

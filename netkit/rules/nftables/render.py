@@ -47,11 +47,11 @@ def set_attributes(s: NamedSet) -> Iterator[str]:
 
 
 # nft cannot declare a map keyed by a plain integer with `type`; `typeof` gives the key its size.
-# Only endpoint maps (compile.endpoint_map) have such keys; their values are address . port, and the
-# port's typeof must name the service's protocol (`tcp dport`): a later `meta l4proto udp dnat … map
-# @m` is refused against `th dport` or another protocol. The protocol is read from the map's name
-# (`svc-…/<ns>/<svc>/<proto>/<port>`); the JSON dump of nft 1.0.6 shows only the types, which is
-# what the Ruleset keeps.
+# Only endpoint maps (compile.endpoint_shards, compile.endpoint_map) have such keys; their values are
+# address . port, and the port's typeof must name the service's protocol (`tcp dport`): a later
+# `meta l4proto udp dnat … map @m` is refused against `th dport` or another protocol. The protocol is
+# read from the map's name (`endpoints-<proto>-<shard>`, `svc-…/<ns>/<svc>/<proto>/<port>`); the JSON
+# dump of nft 1.0.6 shows only the types, which is what the Ruleset keeps.
 TYPEOF_ADDRESS = {"ipv4_addr . inet_service": "ip", "ipv6_addr . inet_service": "ip6"}
 INTEGER_KEY = "numgen random mod 1"
 
@@ -60,7 +60,7 @@ def type_line(s: NamedSet) -> str:
     key = " . ".join(s.key_type)
     if key == "integer" and s.value_type in TYPEOF_ADDRESS:
         split = names.split(s.name)
-        proto = split[1].rsplit("/", 1)[1] if split else "th"
+        proto = split[1].rsplit("/", 1)[1] if split else names.shard_protocol(s.name) or "th"
         return f"typeof {INTEGER_KEY} : {TYPEOF_ADDRESS[s.value_type]} daddr . {proto} dport"
     return f"type {key} : {s.value_type}" if s.value_type else f"type {key}"
 

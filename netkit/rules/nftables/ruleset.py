@@ -118,7 +118,7 @@ class Part:
     two parts is one string comparison instead of a walk through nested tuples and frozensets."""
 
     chains: tuple[Chain, ...] = ()
-    sets: tuple[NamedSet, ...] = ()  # sets only this part uses (endpoint maps, affinity sets)
+    sets: tuple[NamedSet, ...] = ()  # sets only this part uses (affinity sets, an own endpoint map)
     elements: tuple[SetElement, ...] = ()  # its elements of the shared (fixed) sets
     digest: str = ""
 
