@@ -46,21 +46,22 @@ def stale_udp_flows(old: NodeState | None, new: NodeState) -> tuple[Flush, ...]:
     so a restart keeps every live flow)."""
     if old is None:
         return ()
-    before = {(p.name, p.protocol, p.family): p for p in old.ports if p.protocol is Protocol.UDP}
+    # StateBuilder hands unchanged services back as the very same objects: only the others can move.
+    same = {id(p) for p in old.ports} & {id(p) for p in new.ports}
+    before = {(p.name, p.protocol, p.family): p for p in old.ports
+              if p.protocol is Protocol.UDP and id(p) not in same}
     out: set[Flush] = set()
     for p in new.ports:
-        if p.protocol is not Protocol.UDP:
+        if p.protocol is not Protocol.UDP or id(p) in same:
             continue
         prev = before.get((p.name, p.protocol, p.family))
-        if prev is p:  # the very same state (StateBuilder keeps unchanged services): nothing moved
-            continue
         if _usable(p) and not (prev is not None and _usable(prev)):
             out.update(_service_flushes(p))
         if prev is not None:
             gone = {(e.ip, e.port) for e in prev.reachable_endpoints} - {(e.ip, e.port) for e in p.reachable_endpoints}
             for ep in gone:
                 out.update(_endpoint_flushes(prev, ep))
-    new_keys = {(p.name, p.protocol, p.family) for p in new.ports}
+    new_keys = {(p.name, p.protocol, p.family) for p in new.ports if id(p) not in same}
     for key, prev in before.items():
         if key not in new_keys:  # the service port went away: its endpoints went with it
             for ep in {(e.ip, e.port) for e in prev.reachable_endpoints}:

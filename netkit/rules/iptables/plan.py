@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from netkit.model import IPFamily
 from netkit.rules.iptables.names import is_owned
-from netkit.rules.iptables.ruleset import TABLE_ORDER, Ruleset, is_builtin
+from netkit.rules.iptables.ruleset import BUILTIN_CHAINS, TABLE_ORDER, Ruleset
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +60,12 @@ def plan(committed: Ruleset, desired: Ruleset, *, full: bool = False) -> Plan:
     for table in _tables(committed, desired):
         have = committed.chains(table)
         want = desired.chains(table)
+        builtins = BUILTIN_CHAINS.get(table, ())
+        # `is` first: a daemon plans against what it compiled last time, and unchanged chains are the
+        # very same tuples (the Compiler reuses them), so most chains cost one pointer comparison.
         changed = {c: r for c, r in want.items()
-                   if not is_builtin(table, c) and (full or c not in have or have[c] != r)}
-        gone = tuple(c for c in have if is_owned(c) and c not in want)
+                   if (full or (h := have.get(c)) is not r and h != r) and c not in builtins}
+        gone = tuple(c for c in have if c not in want and is_owned(c))
         if changed:
             write[table] = changed
             old[table] = {c: have[c] for c in changed if c in have}
@@ -80,8 +83,9 @@ def _tables(a: Ruleset, b: Ruleset) -> list[str]:
 def _missing_jumps(committed: Ruleset, desired: Ruleset) -> tuple[Jump, ...]:
     out: list[Jump] = []
     for table, chains in desired.tables.items():
-        for chain, rules in chains.items():
-            if not is_builtin(table, chain):
+        for chain in BUILTIN_CHAINS.get(table, ()):
+            rules = chains.get(chain)
+            if rules is None:
                 continue
             current = list(committed.rules(table, chain))
             for index, rule in enumerate(rules):
