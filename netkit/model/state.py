@@ -145,31 +145,41 @@ class StateBuilder:
     made of them. The result equals what `build` gives; only the work differs."""
 
     def __init__(self) -> None:
-        self._memo: dict[ObjectRef, _Memo] = {}
+        self._memo: dict[tuple[str, str], _Memo] = {}
 
     def build(self, objects: Objects, node_name: str = "", extra_node_ips: Sequence[IPAddress] = ()) -> NodeState:
         node = _node_info(objects.nodes, node_name, extra_node_ips)
-        slices_by_service: dict[ObjectRef, list[EndpointSlice]] = defaultdict(list)
+        # Plain (namespace, name) tuples as keys: hashing them is C code, hashing ObjectRef is not.
+        slices_by_service: dict[tuple[str, str], list[EndpointSlice]] = defaultdict(list)
         for s in objects.slices:
-            slices_by_service[s.service].append(s)
-        memo: dict[ObjectRef, _Memo] = {}
+            slices_by_service[(s.ref.namespace, s.service_name)].append(s)
+        memo: dict[tuple[str, str], _Memo] = {}
         ports: list[ServicePortState] = []
-        for svc in objects.services:
-            if not svc.proxied:
-                continue
-            slices = tuple(sorted(slices_by_service.get(svc.ref, ()), key=lambda s: s.ref.name))
-            old = self._memo.get(svc.ref)
-            if old is not None and old.service is svc and old.node == node and len(old.slices) == len(slices) \
-                    and all(a is b for a, b in zip(old.slices, slices, strict=True)):
+        previous = self._memo
+        # The same Service given twice (two manifest files): the last one wins, as with kubectl apply.
+        services = {(svc.ref.namespace, svc.ref.name): svc for svc in objects.services}
+        # Services in name order, each one's ports already in order: the state needs no final sort.
+        for key in sorted(services):
+            svc = services[key]
+            found = slices_by_service.get(key, [])
+            if len(found) > 1:
+                found.sort(key=_slice_order)
+            old = previous.get(key)
+            if old is not None and old.service is svc and old.node == node and len(old.slices) == len(found) \
+                    and all(a is b for a, b in zip(old.slices, found, strict=True)):
                 entry = old
+            elif svc.proxied:
+                entry = _Memo(svc, tuple(found), node, _service_ports(svc, found, node))
             else:
-                entry = _Memo(svc, slices, node, _service_ports(svc, slices, node))
-            memo[svc.ref] = entry
+                continue
+            memo[key] = entry
             ports.extend(entry.ports)
         self._memo = memo
-        ports.sort(key=lambda p: (p.name.ref.namespace, p.name.ref.name, p.name.port, p.protocol.value,
-                                  p.family.value))
         return NodeState(node, tuple(ports))
+
+
+def _slice_order(s: EndpointSlice) -> str:
+    return s.ref.name
 
 
 def _service_ports(svc: Service, slices: Sequence[EndpointSlice], node: NodeInfo) -> tuple[ServicePortState, ...]:
@@ -178,6 +188,7 @@ def _service_ports(svc: Service, slices: Sequence[EndpointSlice], node: NodeInfo
         family = IPFamily.of(fam_ip)
         for sp in svc.ports:
             out.append(_port_state(svc, sp, fam_ip, family, slices, node))
+    out.sort(key=lambda p: (p.name.port, p.protocol.value, p.family.value))
     return tuple(out)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -190,6 +191,10 @@ class Daemon:
             self._trigger_times = pending + self._trigger_times  # measured once the change lands
             return False
         self.state = state
+        if result.full:
+            # The objects of a synced state live long and hold no cycles: keep the cyclic GC from
+            # walking hundreds of thousands of them on every later sync (a 0.2 s pause at 10k services).
+            gc.freeze()
         self.health.updated()
         await self.service_health.update(service_health(state))
         if self._dns is not None:

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from netkit.config import Config
@@ -50,9 +49,7 @@ class Syncer:
         self.kernels = {f: backend.kernel(config, f, netns) for f in self.families}
         # A backend may offer a compiler that remembers unchanged service ports between syncs.
         make = getattr(backend, "compiler", None)
-        self.compilers: dict[IPFamily, Callable[[NodeState], Any]] = {
-            f: make(config, f).compile if make else partial(backend.compile, config=config, family=f)
-            for f in self.families}
+        self.compilers: dict[IPFamily, Any] = {f: make(config, f) if make else None for f in self.families}
         self.committed: dict[IPFamily, Any] = {}
         self.applied: NodeState | None = None
         self.conntrack = conntrack
@@ -80,11 +77,18 @@ class Syncer:
 
     def _sync_family(self, family: IPFamily, state: NodeState, full: bool) -> int:
         kernel = self.kernels[family]
-        desired = self.compilers[family](state)
+        compiler = self.compilers[family]
+        desired = compiler.compile(state) if compiler else self.backend.compile(state, self.config, family)
         base = self.committed.get(family)
+        hint = None
         if full or base is None:
-            base = kernel.dump()
-        plan = self.backend.plan(base, desired)
+            # Re-read the kernel; chains equal to what we committed share its tuples (less memory).
+            reusing = getattr(kernel, "dump_reusing", None)
+            base = reusing(base) if base is not None and reusing is not None else kernel.dump()
+        elif compiler is not None:
+            hint = compiler.changed_since(base)  # which chains can differ from what we committed
+        planner: Any = self.backend.plan  # a backend with a remembering compiler takes the hint
+        plan = planner(base, desired, only=hint) if hint is not None else planner(base, desired)
         if getattr(plan, "empty", False):
             self.committed[family] = desired
             return 0

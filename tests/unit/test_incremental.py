@@ -13,6 +13,7 @@ from netkit.model import IPFamily, build
 from netkit.model.state import StateBuilder
 from netkit.model.types import Objects
 from netkit.rules.iptables.compile import Compiler, compile
+from netkit.rules.iptables.plan import Plan, plan
 from tests.factories import endpoint, node, objects, service, slice_
 
 CFG = Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16"], "t"), large_cluster_endpoints=12)
@@ -35,6 +36,7 @@ step = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3)), min_size=1, max
 def test_remembering_gives_the_same_results(steps: list[list[tuple[int, int]]]) -> None:
     builder, compiler = StateBuilder(), Compiler(CFG, IPFamily.IPV4)
     cache: dict[tuple[int, int, int], Objects] = {}
+    previous = None
     for services in steps:
         docs: list[dict[str, Any]] = [node()]
         pieces = []
@@ -48,7 +50,20 @@ def test_remembering_gives_the_same_results(steps: list[list[tuple[int, int]]]) 
                          merged.nodes)
         state = builder.build(merged, "node-a")
         assert state == build(merged, "node-a")
-        assert compiler.compile(state) == compile(state, CFG, IPFamily.IPV4)
+        desired = compiler.compile(state)
+        assert desired == compile(state, CFG, IPFamily.IPV4)
+        if previous is not None:  # the compiler's hint gives the same plan as comparing everything
+            hint = compiler.changed_since(previous)  # None when the context changed (large-cluster mode)
+            if hint is not None:
+                assert hint != frozenset()
+            assert hint is None or same_plan(plan(previous, desired, only=hint), plan(previous, desired))
+        previous = desired
+
+
+def same_plan(a: Plan, b: Plan) -> bool:
+    return ({t: dict(c) for t, c in a.write.items()} == {t: dict(c) for t, c in b.write.items()}
+            and {t: set(c) for t, c in a.delete.items()} == {t: set(c) for t, c in b.delete.items()}
+            and a.jumps == b.jumps)
 
 
 def test_unchanged_services_keep_their_objects_and_chains() -> None:

@@ -117,3 +117,9 @@ def test_unproxied_services_have_no_state() -> None:
 def test_equal_inputs_give_equal_states() -> None:
     docs = [node(), service(), slice_(endpoints=[endpoint("10.0.0.2"), endpoint("10.0.0.1")])]
     assert build(objects(*docs), "node-a") == build(objects(*reversed(docs)), "node-a")
+
+
+def test_a_service_given_twice_counts_once_and_the_last_wins() -> None:
+    objs = objects(service(ip="10.96.0.10"), service(ip="10.96.0.20"), slice_(endpoints=[endpoint("10.0.0.1")]))
+    (port,) = build(objs).ports
+    assert str(port.cluster_ip) == "10.96.0.20"

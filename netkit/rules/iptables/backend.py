@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
@@ -31,8 +31,9 @@ def render(ruleset: _ruleset.Ruleset) -> str:
     return _ruleset.render(ruleset)
 
 
-def plan(committed: _ruleset.Ruleset, desired: _ruleset.Ruleset) -> _plan.Plan:
-    return _plan.plan(committed, desired)
+def plan(committed: _ruleset.Ruleset, desired: _ruleset.Ruleset, *,
+         only: Collection[str] | None = None) -> _plan.Plan:
+    return _plan.plan(committed, desired, only=only)
 
 
 def render_plan(p: _plan.Plan) -> str:

@@ -63,21 +63,54 @@ class Compiler:
         self.config, self.family = config, family
         self._memo: dict[int, tuple[ServicePortState, _Chunk]] = {}
         self._context: tuple[NodeInfo, bool] | None = None
+        self._last: Ruleset | None = None
+        self._before_last: Ruleset | None = None
+        self._touched: frozenset[str] | None = None
+        self._chains: dict[str, tuple[str, ...]] = {}
 
     def compile(self, state: NodeState) -> Ruleset:
         ports = state.family(self.family)
         large = sum(len(p.endpoints) for p in ports) > self.config.large_cluster_endpoints
+        touched: set[str] | None = set(_SHARED_CHAINS)
         if self._context != (state.node, large):
-            self._memo, self._context = {}, (state.node, large)
+            self._memo, self._context, touched = {}, (state.node, large), None
+            self._chains = {}
+        chains = self._chains  # every service port's own chains, kept up to date in place
         b = _Builder(self.config, self.family, state.node, large)
         memo: dict[int, tuple[ServicePortState, _Chunk]] = {}
+        old = self._memo
         for port in ports:
-            hit = self._memo.get(id(port))
-            chunk = hit[1] if hit is not None and hit[0] is port else b.service_port(port)
+            hit = old.pop(id(port), None)
+            if hit is not None and hit[0] is port:
+                chunk = hit[1]
+            else:
+                chunk = b.service_port(port)
+                chains.update(chunk.chains)
+                if touched is not None:
+                    touched.update(chunk.chains)
             memo[id(port)] = (port, chunk)
-            b.add(chunk)
+            b.add_shared(chunk)
+        for _, gone in old.values():  # service ports that changed or went away
+            for name, rules in gone.chains.items():
+                if chains.get(name) is rules:  # not already replaced by a new chunk's chain
+                    del chains[name]
+                if touched is not None:
+                    touched.add(name)
         self._memo = memo
-        return b.finish()
+        b.service_chains = chains
+        result = b.finish()
+        self._before_last, self._last = self._last, result
+        self._touched = frozenset(touched) if touched is not None else None
+        return result
+
+    def changed_since(self, previous: Ruleset) -> frozenset[str] | None:
+        """The chains (by name, any table) in which the last compile's result can differ from
+        `previous`, when `previous` is the result of the compile before it; else None (unknown)."""
+        return self._touched if previous is self._before_last and previous is not None else None
+
+
+_SHARED_CHAINS = frozenset({n.SERVICES, n.EXTERNAL_SERVICES, n.NODEPORTS, n.PROXY_FIREWALL, n.POSTROUTING,
+                            n.MARK_MASQ, n.FORWARD, n.CANARY})
 
 
 class _Builder:
@@ -191,12 +224,12 @@ class _Builder:
         return _Chunk({c: tuple(r) for c, r in nat.items() if r}, {c: tuple(r) for c, r in filt.items() if r},
                       {c: tuple(r) for c, r in chains.items()})
 
-    def add(self, chunk: _Chunk) -> None:
+    def add_shared(self, chunk: _Chunk) -> None:
+        """Append a chunk's rules in the shared chains (its own chains are kept by the Compiler)."""
         for c, rules in chunk.nat.items():
             self.nat[c].extend(rules)
         for c, rules in chunk.filter.items():
             self.filter[c].extend(rules)
-        self.service_chains.update(chunk.chains)
 
     def _clusterip_masq(self, p: ServicePortState, cip: str, dport: str) -> str | None:
         """Masquerade off-cluster traffic to the clusterIP (it may have been routed here from

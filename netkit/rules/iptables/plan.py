@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from netkit.model import IPFamily
@@ -52,8 +52,12 @@ class Plan:
         return sum(len(c) for c in self.write.values())
 
 
-def plan(committed: Ruleset, desired: Ruleset, *, full: bool = False) -> Plan:
-    """`full` rewrites every netkit chain (a full sync after a failure or a detected flush)."""
+def plan(committed: Ruleset, desired: Ruleset, *, full: bool = False,
+         only: Collection[str] | None = None) -> Plan:
+    """`full` rewrites every netkit chain (a full sync after a failure or a detected flush).
+    `only`, when given, names every chain (in any table) that can differ between the two — the
+    compiler knows this for the ruleset it compiled last — so the others are not even compared; the
+    plan is the same as without it (a property test checks)."""
     write: dict[str, dict[str, tuple[str, ...]]] = {}
     delete: dict[str, tuple[str, ...]] = {}
     old: dict[str, dict[str, tuple[str, ...]]] = {}
@@ -61,11 +65,13 @@ def plan(committed: Ruleset, desired: Ruleset, *, full: bool = False) -> Plan:
         have = committed.chains(table)
         want = desired.chains(table)
         builtins = BUILTIN_CHAINS.get(table, ())
+        candidates = want if only is None or full else [c for c in only if c in want]
         # `is` first: a daemon plans against what it compiled last time, and unchanged chains are the
         # very same tuples (the Compiler reuses them), so most chains cost one pointer comparison.
-        changed = {c: r for c, r in want.items()
-                   if (full or (h := have.get(c)) is not r and h != r) and c not in builtins}
-        gone = tuple(c for c in have if c not in want and is_owned(c))
+        changed = {c: want[c] for c in candidates
+                   if (full or (h := have.get(c)) is not want[c] and h != want[c]) and c not in builtins}
+        gone = tuple(c for c in (have if only is None else [c for c in only if c in have])
+                     if c not in want and is_owned(c))
         if changed:
             write[table] = changed
             old[table] = {c: have[c] for c in changed if c in have}
@@ -99,22 +105,27 @@ def _missing_jumps(committed: Ruleset, desired: Ruleset) -> tuple[Jump, ...]:
 def render_plan(p: Plan) -> str:
     """The `iptables-restore --noflush` payload: declare (flush) every chain written or deleted,
     append the new rules, then delete the stale chains."""
-    out: list[str] = []
+    return "".join(render_plan_lines(p))
+
+
+def render_plan_lines(p: Plan) -> Iterator[str]:
+    """The same payload line by line (each ending in a newline), for streaming into the tool."""
     for table in sorted(set(p.write) | set(p.delete),
                         key=lambda t: (TABLE_ORDER.index(t) if t in TABLE_ORDER else 99, t)):
         chains = p.write.get(table, {})
         gone = p.delete.get(table, ())
         if not chains and not gone:
             continue
-        out.append(f"*{table}")
-        out.extend(f":{c} - [0:0]" for c in chains)
-        out.extend(f":{c} - [0:0]" for c in gone)
+        yield f"*{table}\n"
+        for c in (*chains, *gone):
+            yield f":{c} - [0:0]\n"
         for chain, rules in chains.items():
             prefix = f"-A {chain} "
-            out.extend(prefix + r for r in rules)
-        out.extend(f"-X {c}" for c in gone)
-        out.append("COMMIT")
-    return "\n".join(out) + "\n" if out else ""
+            for r in rules:
+                yield f"{prefix}{r}\n"
+        for c in gone:
+            yield f"-X {c}\n"
+        yield "COMMIT\n"
 
 
 def apply_to(ruleset: Ruleset, p: Plan) -> Ruleset:

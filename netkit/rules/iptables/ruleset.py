@@ -101,28 +101,53 @@ def parse(text: str, family: IPFamily, *, normalize_rules: bool = False) -> Rule
     return parse_lines(text.splitlines(), family, normalize_rules=normalize_rules)
 
 
-def parse_lines(lines: Iterable[str], family: IPFamily, *, normalize_rules: bool = False) -> Ruleset:
+def parse_lines(lines: Iterable[str], family: IPFamily, *, normalize_rules: bool = False,
+                reuse: Ruleset | None = None) -> Ruleset:
     """`parse` over lines as they come (the kernel edge streams iptables-save's output through it, so
-    a 10k-service dump is never held as one text)."""
-    tables: dict[str, dict[str, list[str]]] = {}
-    current: dict[str, list[str]] | None = None
+    a 10k-service dump is never held as one text). With `reuse`, a chain whose rules equal that
+    Ruleset's gets its tuple instead of the freshly read one, so a full sync that re-reads an
+    unchanged kernel keeps one copy of the rules in memory, not two. iptables-save prints each
+    chain's rules together, so a chain is settled as soon as the next one starts."""
+    tables: dict[str, dict[str, list[str] | tuple[str, ...]]] = {}
+    current: dict[str, list[str] | tuple[str, ...]] | None = None
+    table = ""
+    open_chain: str | None = None
+
+    def settle() -> None:
+        if current is not None and open_chain is not None:
+            rules = tuple(current[open_chain])
+            known = reuse.rules(table, open_chain) if reuse is not None else None
+            current[open_chain] = known if known == rules and known is not None else rules
+
     for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\n")
         if not line or line[0] == "#":
             continue
         if line[0] == "*":
-            current = tables.setdefault(line[1:].strip(), {})
+            settle()
+            open_chain = None
+            table = line[1:].strip()
+            current = tables.setdefault(table, {})
         elif line == "COMMIT":
-            current = None
+            settle()
+            current, open_chain = None, None
         elif current is None:
             raise ParseError(f"line {lineno}: {line[:60]!r} outside a table")
         elif line[0] == ":":
             current.setdefault(line[1:].split(" ", 1)[0], [])
         elif line.startswith("-A "):
             chain, _, rule = line[3:].partition(" ")
-            current.setdefault(chain, []).append(normalize(rule, family) if normalize_rules else rule)
+            if chain != open_chain:
+                settle()
+                open_chain = chain
+                existing = current.get(chain)
+                current[chain] = list(existing) if existing is not None else []
+            rules = current[chain]
+            assert isinstance(rules, list)
+            rules.append(normalize(rule, family) if normalize_rules else rule)
         else:
             raise ParseError(f"line {lineno}: cannot read {line[:60]!r}")
+    settle()
     return Ruleset(family, {t: {c: tuple(r) for c, r in chains.items()} for t, chains in tables.items()})
 
 
