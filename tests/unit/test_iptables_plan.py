@@ -101,3 +101,19 @@ def test_jumps_keep_their_order_above_foreign_rules() -> None:
     p = plan(start, want)
     got = apply_to(start, p).rules("filter", "FORWARD")
     assert got == (*want.rules("filter", "FORWARD"), "-j DROP")
+
+
+@pytest.mark.parametrize("size", [1, 3, 10, 1000])
+def test_batches_apply_in_order_and_end_where_one_plan_ends(size: int) -> None:
+    """Every batch must be acceptable on its own (the fake refuses a jump to a missing chain)."""
+    from netkit.rules.iptables.plan import batches
+    for before, after in ((desired(0, [0]), desired(6, [3, 2], affinity=True)),
+                          (desired(3, [2]), desired(6, [1, 3]))):
+        fake = FakeKernel()
+        fake.apply(plan(fake.dump(), before))
+        p = plan(fake.dump(), after)
+        parts = batches(p, size)
+        assert all(part.chains_written <= max(size, 1) for part in parts[:-1])
+        for part in parts:
+            fake.apply(part)
+        assert owned_view(fake.dump()) == owned_view(after)

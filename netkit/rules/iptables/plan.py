@@ -102,6 +102,42 @@ def _missing_jumps(committed: Ruleset, desired: Ruleset) -> tuple[Jump, ...]:
     return tuple(out)
 
 
+# New per-service chains in the order they can be created: each refers only to chains before it
+# (KUBE-MARK-MASQ refers to none; SEP → MARK-MASQ; SVC/SVL → SEP; EXT → SVC/SVL; FW → EXT).
+_CREATION_ORDER = ("KUBE-MARK-MASQ", "KUBE-SEP-", "KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-")
+
+
+def batches(p: Plan, size: int) -> list[Plan]:
+    """`p` as a sequence of plans that each write at most about `size` chains, for iptables-nft, whose
+    `--noflush` restore time grows with the square of the chains in one batch (measured: 1,000
+    services take 6 s in one batch, 0.8 s loaded whole; 10,000 never finished in 10 minutes).
+    Chains that do not exist yet come first, in creation order, so nothing refers to a chain a later
+    batch creates; everything that changes what traffic sees — the shared chains, rewrites of existing
+    chains, deletions and jumps — goes in the last batch, which stays one atomic restore. A failure
+    part-way leaves only new, unreferenced chains behind, which the next full sync finds equal."""
+    if p.chains_written <= size:
+        return [p]
+    early: list[tuple[int, str, str, tuple[str, ...]]] = []
+    final: dict[str, dict[str, tuple[str, ...]]] = {}
+    for table, chains in p.write.items():
+        existed = p.old.get(table, {})
+        for chain, rules in chains.items():
+            rank = next((i for i, prefix in enumerate(_CREATION_ORDER) if chain.startswith(prefix)), -1)
+            if chain not in existed and rank >= 0:
+                early.append((rank, table, chain, rules))
+            else:
+                final.setdefault(table, {})[chain] = rules
+    early.sort(key=lambda item: item[0])
+    out: list[Plan] = []
+    for start in range(0, len(early), size):
+        write: dict[str, dict[str, tuple[str, ...]]] = {}
+        for _, table, chain, rules in early[start:start + size]:
+            write.setdefault(table, {})[chain] = rules
+        out.append(Plan(p.family, write))
+    out.append(Plan(p.family, final, p.delete, p.jumps, p.old))
+    return out
+
+
 def render_plan(p: Plan) -> str:
     """The `iptables-restore --noflush` payload: declare (flush) every chain written or deleted,
     append the new rules, then delete the stale chains."""
