@@ -146,9 +146,13 @@ class StateBuilder:
 
     def __init__(self) -> None:
         self._memo: dict[tuple[str, str], _Memo] = {}
+        self._node: NodeInfo | None = None
 
     def build(self, objects: Objects, node_name: str = "", extra_node_ips: Sequence[IPAddress] = ()) -> NodeState:
         node = _node_info(objects.nodes, node_name, extra_node_ips)
+        if node == self._node:  # one comparison here, identity checks per service below
+            node = self._node
+        self._node = node
         # Plain (namespace, name) tuples as keys: hashing them is C code, hashing ObjectRef is not.
         slices_by_service: dict[tuple[str, str], list[EndpointSlice]] = defaultdict(list)
         for s in objects.slices:
@@ -165,8 +169,7 @@ class StateBuilder:
             if len(found) > 1:
                 found.sort(key=_slice_order)
             old = previous.get(key)
-            if old is not None and old.service is svc and old.node == node and len(old.slices) == len(found) \
-                    and all(a is b for a, b in zip(old.slices, found, strict=True)):
+            if old is not None and old.service is svc and old.node is node and _same_objects(old.slices, found):
                 entry = old
             elif svc.proxied:
                 entry = _Memo(svc, tuple(found), node, _service_ports(svc, found, node))
@@ -176,6 +179,14 @@ class StateBuilder:
             ports.extend(entry.ports)
         self._memo = memo
         return NodeState(node, tuple(ports))
+
+
+def _same_objects(old: tuple[EndpointSlice, ...], new: list[EndpointSlice]) -> bool:
+    if len(old) != len(new):
+        return False
+    if len(new) == 1:  # the common case, without a generator
+        return old[0] is new[0]
+    return all(a is b for a, b in zip(old, new, strict=True))
 
 
 def _slice_order(s: EndpointSlice) -> str:

@@ -226,10 +226,11 @@ class _Builder:
 
     def add_shared(self, chunk: _Chunk) -> None:
         """Append a chunk's rules in the shared chains (its own chains are kept by the Compiler)."""
+        nat, filter_ = self.nat, self.filter
         for c, rules in chunk.nat.items():
-            self.nat[c].extend(rules)
+            nat[c] += rules
         for c, rules in chunk.filter.items():
-            self.filter[c].extend(rules)
+            filter_[c] += rules
 
     def _clusterip_masq(self, p: ServicePortState, cip: str, dport: str) -> str | None:
         """Masquerade off-cluster traffic to the clusterIP (it may have been routed here from
@@ -305,6 +306,7 @@ class _Builder:
         self.nat[n.SERVICES].extend(self._nodeport_tail())
         masquerade = "-j MASQUERADE --random-fully" if self.config.masquerade_random_fully else "-j MASQUERADE"
         nat: dict[str, tuple[str, ...]] = {
+            **ENTRY_JUMPS["nat"],
             n.CANARY: (),
             n.SERVICES: tuple(self.nat[n.SERVICES]),
             n.NODEPORTS: tuple(self.nat[n.NODEPORTS]),
@@ -326,7 +328,7 @@ class _Builder:
         tables: dict[str, dict[str, tuple[str, ...]]] = {
             "mangle": {n.CANARY: ()},
             "filter": {**_tuples(filter_), **ENTRY_JUMPS["filter"]},
-            "nat": {**nat, **ENTRY_JUMPS["nat"]},
+            "nat": nat,  # one dict of 100k+ chains at 10k services: built once, never copied
         }
         return Ruleset(self.family, tables)
 
