@@ -53,21 +53,36 @@ class Engine:
         self.view: View | None = None
         self.udp_cache: Cache = {}
         self.tcp_cache: Cache = {}
+        # Second level for UDP: the whole query but its ID, exactly as received → the reply but its
+        # ID. A client repeating a question (same case, same EDNS) costs one slice and one lookup.
+        self.udp_exact: dict[bytes, bytes] = {}
 
     def set_view(self, view: View) -> None:
         if view.options != self.options:
             raise ValueError("the view was built with other options than this server's")
         self.view = view
-        self.udp_cache, self.tcp_cache = {}, {}
+        self.udp_cache, self.tcp_cache, self.udp_exact = {}, {}, {}
 
     def fast(self, data: bytes, tcp: bool) -> bytes | None:
+        if not tcp:
+            exact = self.udp_exact.get(data[2:])
+            if exact is not None:
+                return data[:2] + exact
         end = data.find(0, 12)
         if end < 13:
             return None
         hit = (self.tcp_cache if tcp else self.udp_cache).get(cache_key(data, end))
         if hit is None:
             return None
-        return data[:2] + hit[0] + data[12:end] + hit[1]
+        rest = hit[0] + data[12:end] + hit[1]
+        if not tcp:
+            self.remember_exact(data[2:], rest)
+        return data[:2] + rest
+
+    def remember_exact(self, query_rest: bytes, reply_rest: bytes) -> None:
+        if len(self.udp_exact) >= self.max_entries:
+            self.udp_exact.clear()
+        self.udp_exact[query_rest] = reply_rest
 
     def slow(self, data: bytes, tcp: bool) -> Outcome:
         parsed = parse_query(data)

@@ -194,7 +194,10 @@ def test_fast_path_replies_equal_slow_path_replies_byte_for_byte() -> None:
             if fast is not None:
                 hits += 1
                 assert fast == slow, dns.message.from_wire(wire).question
+                again = bytes([wire[0] ^ 0x5A, wire[1]]) + wire[2:]  # the same query, another ID:
+                assert e.fast(again, tcp) == e.slow(again, tcp)  # UDP answers it from the exact cache
     assert hits > 600
+    assert len(e.udp_exact) > 300
 
 
 def test_a_new_view_empties_the_cache() -> None:
@@ -202,6 +205,7 @@ def test_a_new_view_empties_the_cache() -> None:
     wire = dns.message.make_query(f"web.default{Z}", "A").to_wire()
     e.slow(wire, False)
     assert e.fast(wire, False) is not None
+    assert e.fast(wire, False) is not None  # now from the exact cache
     e.set_view(build(Objects(), Options()))
     assert e.fast(wire, False) is None
     r = reply(e, wire)
