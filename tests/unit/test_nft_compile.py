@@ -1,6 +1,6 @@
 """nftables compile: goldens per example (compared after normalising order) and layout properties.
 
-Regenerate the goldens with `NETKIT_UPDATE_GOLDEN=1 pytest tests/unit/test_nft_compile.py` and
+Regenerate the goldens with `NETKIT_UPDATE_GOLDENS=1 pytest tests/unit/test_nft_compile.py` and
 review the diff: they are the readable record of what netkit writes.
 """
 
@@ -37,7 +37,7 @@ EXAMPLES = ROOT / "examples"
 GOLDEN = ROOT / "tests" / "golden" / "nftables"
 NODE = str(EXAMPLES / "00-node.yaml")
 CONFIG = Config(cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:244::/48")))
-UPDATE = os.environ.get("NETKIT_UPDATE_GOLDEN") == "1"
+UPDATE = bool(os.environ.get("NETKIT_UPDATE_GOLDENS"))
 
 
 def state_of(*paths: str) -> NodeState:
@@ -55,7 +55,7 @@ def test_golden(example: str, family: IPFamily) -> None:
     golden = GOLDEN / f"{Path(example).stem}.{family.value}.nft"
     if UPDATE:
         golden.write_text(render(compiled))
-    assert golden.exists(), f"no golden {golden.name}: run with NETKIT_UPDATE_GOLDEN=1"
+    assert golden.exists(), f"no golden {golden.name}: run with NETKIT_UPDATE_GOLDENS=1"
     # parse() normalises order (sets and chains by name, elements as a set).
     assert compiled == parse(golden.read_text())
 
