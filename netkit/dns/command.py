@@ -16,19 +16,18 @@ import contextlib
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from netkit.dns.engine import Engine
 from netkit.dns.names import name_from_text, name_to_text
 from netkit.dns.server import DnsServer
 from netkit.dns.upstream import DEFAULT_TIMEOUT, Address, Forwarder, from_resolv_conf, parse_address
-from netkit.dns.view import MAX_TTL, Options, PodMode, View, build
+from netkit.dns.view import MAX_TTL, Options, PodMode, build
 from netkit.errors import NetkitError
-from netkit.sources.manifests import load
-
-_EXTENSIONS = (".yaml", ".yml", ".json")
-RELOAD_DEBOUNCE_MS = 200
+from netkit.sources.files import FileSource
+from netkit.sources.store import Store
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -92,71 +91,68 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
     return uvloop.new_event_loop
 
 
-def load_view(files: list[str], options: Options) -> tuple[View | None, list[str]]:
-    """The view from the files, or None when a whole file could not be read; and what to report."""
-    loaded = load(files)
-    report = [f"invalid object left out: {p}" for p in loaded.problems]
-    if any(p.kind == "?" for p in loaded.problems):
-        return None, report
-    return build(loaded.objects, options, serial=int(time.time())), report
-
-
 async def _serve(files: list[str], options: Options, listen: Address, forwarder: Forwarder) -> int:
-    view, report = load_view(files, options)
-    _say(*report)
-    if view is None:
-        raise NetkitError("cannot read the manifests (see above)")
+    """Feed the server from the same file source the daemon's `-f` uses: it follows the files and keeps
+    each file's last good version, so a half-written file never takes names away."""
+    store = Store()
+    source = FileSource(files, store)
     server = DnsServer(Engine(options), listen, forwarder)
-    server.set_view(view)
-    addr = await server.start()
-    _say(f"serving {name_to_text(options.zone)} on {addr} (UDP and TCP), "
-         f"{len(view.services)} services, upstreams: {', '.join(map(str, forwarder.usable)) or 'none'}")
-    loops = asyncio.ensure_future(_check_loops(server))
-    try:
-        await _watch(files, options, server)
-    finally:
-        loops.cancel()
-        await server.close()
-    return 0
-
-
-async def _check_loops(server: DnsServer) -> None:
-    for up in await server.check_loops():
-        _say(f"upstream {up} forwards back to this server: not using it")
-
-
-async def _watch(files: list[str], options: Options, server: DnsServer) -> None:
-    from watchfiles import awatch
-
+    addr = await server.start()  # SERVFAIL until the first complete view below
+    feed = asyncio.create_task(source.run(), name="files")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    roots = _watch_roots(files)
-    async for changes in awatch(*roots, stop_event=stop, debounce=RELOAD_DEBOUNCE_MS,
-                                watch_filter=lambda _change, path: _relevant(path, files)):
-        view, report = load_view(files, options)
-        _say(*report)
-        if view is None:
-            _say(f"reload after {len(changes)} change(s) failed: keeping the previous view")
-            continue
+    loops: asyncio.Task[None] | None = None
+    try:
+        await _first(store.wait_synced(), feed)
+        _report(store)
+        if any(p.kind == "?" for p in store.problems.values()):
+            raise NetkitError("cannot read the manifests (see above)")
+        view = build(store.objects(), options, serial=int(time.time()))
         server.set_view(view)
-        _say(f"reloaded: {len(view.services)} services")
+        _say(f"serving {name_to_text(options.zone)} on {addr} (UDP and TCP), "
+             f"{len(view.services)} services, upstreams: {', '.join(map(str, forwarder.usable)) or 'none'}")
+        loops = asyncio.create_task(_check_loops(server))
+        store.take_changes()
+        while not stop.is_set():
+            if not await _first(store.changed.wait(), feed, stop.wait()):
+                break
+            store.take_changes()
+            _report(store)
+            view = build(store.objects(), options, serial=int(time.time()))
+            server.set_view(view)
+            _say(f"reloaded: {len(view.services)} services")
+    finally:
+        for task in (feed, loops):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (feed, loops) if t is not None), return_exceptions=True)
+        await server.close()
+    return 0
 
 
-def _watch_roots(files: list[str]) -> list[Path]:
-    """Directories as given; a file's parent (editors replace files by renaming)."""
-    return sorted({Path(f).resolve() if Path(f).is_dir() else Path(f).resolve().parent for f in files})
+async def _first(wanted: Coroutine[Any, Any, Any], feed: asyncio.Task[None],
+                 stop: Coroutine[Any, Any, Any] | None = None) -> bool:
+    """Wait for `wanted`; False when `stop` came first; the file source's error if it failed."""
+    waits = [asyncio.ensure_future(wanted), *([asyncio.ensure_future(stop)] if stop is not None else [])]
+    done, _ = await asyncio.wait([*waits, feed], return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
+    if feed in done:
+        feed.result()  # raises what stopped the source (a missing file, …)
+        raise NetkitError("the manifest watcher stopped")
+    return waits[0] in done
 
 
-def _relevant(path: str, files: list[str]) -> bool:
-    p = Path(path).resolve()
-    for f in files:
-        root = Path(f).resolve()
-        if p == root or (root.is_dir() and root in p.parents and p.suffix in _EXTENSIONS):
-            return True
-    return False
+def _report(store: Store) -> None:
+    _say(*(f"invalid object left out: {p}" for p in store.problems.values()))
+
+
+async def _check_loops(server: DnsServer) -> None:
+    for up in await server.check_loops():
+        _say(f"upstream {up} forwards back to this server: not using it")
 
 
 def _say(*lines: str) -> None:

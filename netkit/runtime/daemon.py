@@ -23,7 +23,7 @@ import logging
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -58,7 +58,6 @@ class DaemonOptions:
     dns_upstreams: tuple[str, ...] = ()
     conntrack: bool = True
     reflector_options: Any = None  # netkit.sources.reflector.ReflectorOptions; None: client-go's timings
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Daemon:

@@ -81,7 +81,8 @@ def test_parse_render_round_trip(tables: dict[str, dict[str, tuple[str, ...]]]) 
 
 def test_parse_reuses_equal_chains_of_a_known_ruleset() -> None:
     known = Ruleset(V4, {"nat": {"KUBE-A": ("-j ACCEPT", "-j DROP"), "KUBE-B": ("-j RETURN",)}})
-    text = "*nat\n:KUBE-A - [0:0]\n:KUBE-B - [0:0]\n-A KUBE-A -j ACCEPT\n-A KUBE-A -j DROP\n-A KUBE-B -j ACCEPT\nCOMMIT\n"
+    text = ("*nat\n:KUBE-A - [0:0]\n:KUBE-B - [0:0]\n-A KUBE-A -j ACCEPT\n-A KUBE-A -j DROP\n"
+            "-A KUBE-B -j ACCEPT\nCOMMIT\n")
     from netkit.rules.iptables.ruleset import parse_lines
     got = parse_lines(text.splitlines(), V4, reuse=known)
     assert got.rules("nat", "KUBE-A") is known.rules("nat", "KUBE-A")

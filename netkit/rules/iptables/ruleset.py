@@ -283,20 +283,20 @@ _MATCH_FIXERS = {"comment": _comment, "statistic": _statistic, "recent": _recent
 _TARGET_FIXERS = {"MARK": _mark_target, "REJECT": _reject_target}
 
 
-@lru_cache(maxsize=4096)
 def kernel_probability(p: float) -> str:
     """xt_statistic keeps the probability as a 31-bit fraction and prints it with 11 decimals."""
-    return f"{int(p * 0x80000000 + 0.5) / 0x80000000:.11f}"
-
-
-def probability_of(n: int) -> str:
-    """The canonical probability text for the first of n remaining endpoints (1/n)."""
-    return _probability_of(n)
+    return _fraction_text(p * 0x80000000)
 
 
 @lru_cache(maxsize=4096)
-def _probability_of(n: int) -> str:
-    return f"{int(0x80000000 / n + 0.5) / 0x80000000:.11f}"
+def probability_of(n: int) -> str:
+    """The canonical probability text for the first of n remaining endpoints (1/n)."""
+    return _fraction_text(0x80000000 / n)
+
+
+@lru_cache(maxsize=4096)
+def _fraction_text(scaled: float) -> str:
+    return f"{int(scaled + 0.5) / 0x80000000:.11f}"
 
 
 def quote_comment(text: str) -> str:
