@@ -8,7 +8,7 @@ setup:
 	@scripts/setup.sh
 
 demo: setup
-	$(PY) -m netkit.demo
+	$(PY) -m netkit.lab.demo
 
 # Host tests (unit, goldens, network namespaces) under xdist, then the IPVS tests inside one VM boot
 # (this kernel has no IPVS; vm-images/ builds a small VM from Debian's kernel, cached in .cache/vm).

@@ -11,9 +11,9 @@ import sys
 import time
 from dataclasses import replace
 
-from netkit.commands import FAMILIES
+from netkit.cli.commands import FAMILIES
 from netkit.errors import NetkitError
-from netkit.inputs import add_input_options, config_from_args
+from netkit.cli.inputs import add_input_options, config_from_args
 from netkit.model import IPFamily
 from netkit.netns import exists
 from netkit.rules.registry import backend as get_backend

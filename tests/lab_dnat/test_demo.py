@@ -15,7 +15,7 @@ pytestmark = pytest.mark.netns
 
 def test_demo_agrees_with_trace_and_removes_its_lab() -> None:
     need_root_and("ip", "iptables-nft-restore", "ip6tables-nft-restore")
-    proc = subprocess.run([sys.executable, "-m", "netkit.demo"], capture_output=True, text=True, cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "netkit.lab.demo"], capture_output=True, text=True, cwd=ROOT,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from netkit.config import Config
 from netkit.model import IPFamily, Protocol, build
-from netkit.rules.ipvs import compile, names, parse, render
-from netkit.rules.ipvs.compiler import SCHEDULER_ANNOTATION, payload_digest
+from netkit.rules.ipvs import names
+from netkit.rules.ipvs.compile import SCHEDULER_ANNOTATION, compile, payload_digest
+from netkit.rules.ipvs.ruleset import parse, render
 from netkit.rules.ipvs.ruleset import RealServer
 from netkit.sources.manifests import load
 from tests.unit.ipvs_states import sp, state

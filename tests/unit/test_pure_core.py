@@ -17,7 +17,7 @@ PURE = [
     "netkit/rules/iptables/plan.py", "netkit/rules/iptables/trace.py", "netkit/rules/iptables/summary.py",
     "netkit/rules/nftables/names.py", "netkit/rules/nftables/compile.py", "netkit/rules/nftables/plan.py",
     "netkit/rules/nftables/render.py", "netkit/rules/nftables/parse.py", "netkit/rules/nftables/trace.py",
-    "netkit/rules/ipvs/compiler.py", "netkit/rules/ipvs/planner.py", "netkit/rules/ipvs/ruleset.py",
+    "netkit/rules/ipvs/compile.py", "netkit/rules/ipvs/plan.py", "netkit/rules/ipvs/ruleset.py",
     "netkit/dns/names.py", "netkit/dns/view.py", "netkit/dns/resolver.py", "netkit/dns/wire.py",
     "netkit/dns/engine.py",
 ]

@@ -16,7 +16,8 @@ import pytest
 from netkit.config import Config
 from netkit.errors import KernelError
 from netkit.model import IPFamily, NodeState, Protocol
-from netkit.rules.ipvs import compile, plan
+from netkit.rules.ipvs.compile import compile
+from netkit.rules.ipvs.plan import plan
 from netkit.rules.ipvs.fake import FakeKernel
 from netkit.rules.ipvs.kernel import IPVSKernel
 from netkit.rules.ipvs.ruleset import RealServer, Ruleset, VirtualServer

@@ -16,10 +16,3 @@ Ownership: a virtual server is netkit's when its address is on kube-ipvs0, when 
 (its port is in netkit's KUBE-NODE-PORT-* set) or when it is a fwmark service in netkit's mark range.
 Nothing else is ever read into a Ruleset, so no plan can touch it.
 """
-
-from netkit.rules.ipvs.compiler import compile
-from netkit.rules.ipvs.planner import Plan, plan, render_plan
-from netkit.rules.ipvs.ruleset import IPSet, RealServer, Ruleset, VirtualServer, VSKey, parse, render
-
-__all__ = ["IPSet", "Plan", "RealServer", "Ruleset", "VSKey", "VirtualServer", "compile", "parse", "plan",
-           "render", "render_plan"]

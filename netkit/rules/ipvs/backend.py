@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
-from netkit.rules.ipvs import compiler
-from netkit.rules.ipvs import planner as plan_mod
+from netkit.rules.ipvs import compile as _compile
+from netkit.rules.ipvs import plan as plan_mod
 from netkit.rules.ipvs import ruleset as rs
 from netkit.rules.ipvs.kernel import IPVSKernel
 
@@ -16,7 +16,7 @@ class IPVSBackend:
     name = "ipvs"
 
     def compile(self, state: NodeState, config: Config, family: IPFamily) -> rs.Ruleset:
-        return compiler.compile(state, config, family)
+        return _compile.compile(state, config, family)
 
     def render(self, ruleset: rs.Ruleset) -> str:
         return rs.render(ruleset)

@@ -23,7 +23,7 @@ from ipaddress import ip_address, ip_network
 from netkit.errors import KernelError
 from netkit.model import IPFamily
 from netkit.rules.ipvs import names as n
-from netkit.rules.ipvs.planner import Plan, apply_to, owned
+from netkit.rules.ipvs.plan import Plan, apply_to, owned
 from netkit.rules.ipvs.ruleset import SCHEDULERS, IPSet, RealServer, Ruleset, VirtualServer, VSKey, sort_services
 
 _ENTRY = {

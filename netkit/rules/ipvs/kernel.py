@@ -26,8 +26,8 @@ from netkit import netns as ns
 from netkit.errors import KernelError
 from netkit.model import IPFamily, Protocol
 from netkit.rules.ipvs import names as n
-from netkit.rules.ipvs.compiler import DIGEST_PREFIX
-from netkit.rules.ipvs.planner import Plan, owned
+from netkit.rules.ipvs.compile import DIGEST_PREFIX
+from netkit.rules.ipvs.plan import Plan, owned
 from netkit.rules.ipvs.ruleset import IPSet, RealServer, Ruleset, VirtualServer, sort_services
 
 PERSISTENT = 0x1  # IP_VS_SVC_F_PERSISTENT

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields, replace
 from netkit.model import IPFamily, Protocol
 from netkit.model.types import IPAddress
 from netkit.rules.ipvs import names as n
-from netkit.rules.ipvs.compiler import payload_digest
+from netkit.rules.ipvs.compile import payload_digest
 from netkit.rules.ipvs.ruleset import (
     IPSet,
     RealServer,

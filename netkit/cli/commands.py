@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from netkit.errors import NetkitError
-from netkit.inputs import Inputs, add_input_options, config_from_args, load_inputs
+from netkit.cli.inputs import Inputs, add_input_options, config_from_args, load_inputs
 from netkit.model import IPFamily
 from netkit.netns import exists
 from netkit.rules.backend import Backend
@@ -240,5 +240,5 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from netkit.tracing import run_trace
+    from netkit.cli.tracing import run_trace
     return run_trace(args)

@@ -14,7 +14,7 @@ from ipaddress import ip_address
 from typing import Any
 
 from netkit.errors import NetkitError
-from netkit.inputs import config_from_args, load_inputs
+from netkit.cli.inputs import config_from_args, load_inputs
 from netkit.model import IPFamily
 from netkit.model.types import IPAddress
 from netkit.netns import exists, run

@@ -17,7 +17,7 @@ from netkit.errors import NetkitError
 
 # Modules that add subcommands. Each exposes register(subparsers: argparse._SubParsersAction).
 COMMAND_MODULES: tuple[str, ...] = (
-    "netkit.commands",
+    "netkit.cli.commands",
     "netkit.dns.command",
     "netkit.lab.command",
     "netkit.runtime.command",
