@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from netkit.errors import NetkitError
 from netkit.cli.inputs import Inputs, add_input_options, config_from_args, load_inputs
+from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
 from netkit.rules.backend import Backend

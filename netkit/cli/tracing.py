@@ -13,8 +13,8 @@ from dataclasses import replace
 from ipaddress import ip_address
 from typing import Any
 
-from netkit.errors import NetkitError
 from netkit.cli.inputs import config_from_args, load_inputs
+from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.model.types import IPAddress
 from netkit.netns import exists, run

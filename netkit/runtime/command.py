@@ -12,8 +12,8 @@ import time
 from dataclasses import replace
 
 from netkit.cli.commands import FAMILIES
-from netkit.errors import NetkitError
 from netkit.cli.inputs import add_input_options, config_from_args
+from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
 from netkit.rules.registry import backend as get_backend

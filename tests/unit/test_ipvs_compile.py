@@ -10,8 +10,7 @@ from netkit.config import Config
 from netkit.model import IPFamily, Protocol, build
 from netkit.rules.ipvs import names
 from netkit.rules.ipvs.compile import SCHEDULER_ANNOTATION, compile, payload_digest
-from netkit.rules.ipvs.ruleset import parse, render
-from netkit.rules.ipvs.ruleset import RealServer
+from netkit.rules.ipvs.ruleset import RealServer, parse, render
 from netkit.sources.manifests import load
 from tests.unit.ipvs_states import sp, state
 

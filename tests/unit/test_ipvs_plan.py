@@ -12,8 +12,8 @@ from netkit.config import Config
 from netkit.errors import KernelError
 from netkit.model import IPFamily, Protocol
 from netkit.rules.ipvs.compile import compile
-from netkit.rules.ipvs.plan import plan, render_plan
 from netkit.rules.ipvs.fake import FakeKernel
+from netkit.rules.ipvs.plan import plan, render_plan
 from netkit.rules.ipvs.ruleset import VirtualServer
 from tests.unit.ipvs_states import sp, state
 

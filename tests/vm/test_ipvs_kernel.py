@@ -17,9 +17,9 @@ from netkit.config import Config
 from netkit.errors import KernelError
 from netkit.model import IPFamily, NodeState, Protocol
 from netkit.rules.ipvs.compile import compile
-from netkit.rules.ipvs.plan import plan
 from netkit.rules.ipvs.fake import FakeKernel
 from netkit.rules.ipvs.kernel import IPVSKernel
+from netkit.rules.ipvs.plan import plan
 from netkit.rules.ipvs.ruleset import RealServer, Ruleset, VirtualServer
 from tests.unit.ipvs_states import sp, state
 from tests.vm.ipvslab import NODE_IP, POD_IPS, Lab, sh, wait_for
