@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -113,35 +113,36 @@ class IptablesKernel:
         run([self.tool(""), "-w", str(self.wait_seconds), "-t", table, "-I", chain, str(position), *args],
             self.netns)
 
-    def cleanup(self) -> int:
-        """Remove netkit's jumps and chains; returns how many chains were removed."""
+    def cleanup(self, owned: Callable[[str], bool] = is_owned) -> int:
+        """Remove netkit's jumps and chains; returns how many chains were removed. `owned` says which
+        chains are netkit's (the IPVS backend passes its own layout's)."""
         live = self.dump()
         for table in TABLES:
             for chain, rules in live.chains(table).items():
                 if not is_builtin(table, chain):
                     continue
                 for rule in rules:
-                    if _jump_target(rule) and is_owned(_jump_target(rule) or ""):
+                    if _jump_target(rule) and owned(_jump_target(rule) or ""):
                         run([self.tool(""), "-w", str(self.wait_seconds), "-t", table, "-D", chain,
                              *shlex.split(rule)], self.netns)
-        payload, count = cleanup_payload(live)
+        payload, count = cleanup_payload(live, owned)
         if payload:
             run([self.tool("restore"), "--noflush", "--wait", str(self.wait_seconds)], self.netns,
                 input=payload)
         return count
 
 
-def cleanup_payload(live: Ruleset) -> tuple[str, int]:
+def cleanup_payload(live: Ruleset, owned: Callable[[str], bool] = is_owned) -> tuple[str, int]:
     out: list[str] = []
     count = 0
     for table in TABLES:
-        owned = [c for c in live.chains(table) if is_owned(c)]
-        if not owned:
+        mine = [c for c in live.chains(table) if owned(c)]
+        if not mine:
             continue
-        count += len(owned)
+        count += len(mine)
         out.append(f"*{table}")
-        out.extend(f":{c} - [0:0]" for c in owned)
-        out.extend(f"-X {c}" for c in owned)
+        out.extend(f":{c} - [0:0]" for c in mine)
+        out.extend(f"-X {c}" for c in mine)
         out.append("COMMIT")
     return ("\n".join(out) + "\n" if out else ""), count
 

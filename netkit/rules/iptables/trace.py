@@ -14,7 +14,8 @@ random rules decide. Connection-tracking matches see a NEW connection. `addrtype
 against the node's addresses given in the Packet.
 
 Supported matches: -s/-d/-p/-i/-o (negatable), tcp/udp/sctp --dport/--sport, comment, addrtype
---src-type/--dst-type LOCAL, mark, statistic, recent, conntrack --ctstate. Supported targets: a user
+--src-type/--dst-type LOCAL, mark, statistic, recent, conntrack --ctstate, and `set --match-set`
+when the caller says what the sets hold (the IPVS tracer does, through `hook`). Supported targets: a user
 chain (-j/-g), RETURN, ACCEPT, DROP, REJECT, DNAT, MARK --set-xmark, MASQUERADE. A rule using
 anything else is reported as not understood and treated as not matching.
 """
@@ -22,7 +23,7 @@ anything else is reported as not understood and treated as not matching.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from ipaddress import ip_address, ip_network
@@ -31,7 +32,10 @@ from netkit.model.types import IPAddress
 from netkit.rules.iptables.ruleset import Ruleset, is_builtin
 from netkit.rules.tracing import Outcome, Packet, Step, endpoints
 
-__all__ = ["Outcome", "Packet", "Step", "endpoints", "trace"]
+__all__ = ["Branch", "Outcome", "Packet", "SetLookup", "Step", "endpoints", "hook", "outcomes", "trace"]
+
+# (set name, its dimensions as written after the name: ("dst", "dst"), packet) → is the packet in it
+SetLookup = Callable[[str, tuple[str, ...], Packet], bool]
 
 
 @dataclass(slots=True)
@@ -43,9 +47,11 @@ class _Branch:
     verdict: str | None = None  # None: still walking
     reason: Step | None = None
     unknown: list[str] = field(default_factory=list)
+    sets: SetLookup | None = None
 
     def fork(self, p: float) -> _Branch:
-        return _Branch(p, self.pkt, list(self.steps), self.dnat, self.verdict, self.reason, list(self.unknown))
+        return _Branch(p, self.pkt, list(self.steps), self.dnat, self.verdict, self.reason, list(self.unknown),
+                       self.sets)
 
 
 def trace(ruleset: Ruleset, pkt: Packet) -> list[Outcome]:
@@ -220,7 +226,7 @@ def _match(r: _Parsed, b: _Branch, rule: str) -> float:
             return 0.0
     p = 1.0
     for name, opts in r.modules:
-        result = _module(name, opts, pkt)
+        result = _module(name, opts, pkt, b.sets)
         if result is None:
             b.unknown.append(f"match -m {name} not understood in: {rule}")
             return 0.0
@@ -246,9 +252,12 @@ def _iface(pattern: str, name: str) -> bool:
     return name.startswith(pattern[:-1]) if pattern.endswith("+") else name == pattern
 
 
-def _module(name: str, opts: Sequence[tuple[bool, str, str]], pkt: Packet) -> float | None:
+def _module(name: str, opts: Sequence[tuple[bool, str, str]], pkt: Packet,
+            sets: SetLookup | None) -> float | None:
     if name == "comment":
         return 1.0
+    if name == "set":
+        return _set(opts, pkt, sets)
     if name in ("tcp", "udp", "sctp"):
         if name != pkt.proto:
             return 0.0
@@ -291,6 +300,40 @@ def _module(name: str, opts: Sequence[tuple[bool, str, str]], pkt: Packet) -> fl
                 return 0.0
         return 1.0
     return None
+
+
+def _set(opts: Sequence[tuple[bool, str, str]], pkt: Packet, sets: SetLookup | None) -> float | None:
+    """`-m set [!] --match-set NAME dst,dst[,src]`: parsed as ("--match-set", NAME) then ("dst,dst", "")."""
+    if sets is None:
+        return None
+    for i, (neg, opt, value) in enumerate(opts):
+        if opt != "--match-set":
+            continue
+        if i + 1 >= len(opts):
+            return None
+        dims = tuple(opts[i + 1][1].split(","))
+        if sets(value, dims, pkt) == neg:
+            return 0.0
+    return 1.0
+
+
+# --- for tracers of backends that carry an iptables payload (IPVS) --------------------------------
+
+Branch = _Branch
+
+
+def hook(rs: Ruleset, table: str, chain: str, branches: list[_Branch]) -> list[_Branch]:
+    """Run one built-in chain over `branches` (each may carry a SetLookup); see `_chain` for verdicts."""
+    return _hook(rs, table, chain, branches)
+
+
+def outcomes(done: list[_Branch]) -> list[Outcome]:
+    """Finished branches as Outcomes, equal walks merged, most likely first."""
+    return _collect(done)
+
+
+def split_hostport(text: str) -> tuple[IPAddress, int]:
+    return _split_hostport(text)
 
 
 def _split_hostport(text: str) -> tuple[IPAddress, int]:
