@@ -118,7 +118,7 @@ class _Builder:
 
     def __init__(self, config: Config, family: IPFamily, node: NodeInfo, large: bool) -> None:
         self.config, self.family, self.node, self.large = config, family, node, large
-        self.reject = "REJECT --reject-with " + (
+        self.reject_icmp = "REJECT --reject-with " + (
             "icmp-port-unreachable" if family is IPFamily.IPV4 else "icmp6-port-unreachable")
         self.mask = "255.255.255.255" if family is IPFamily.IPV4 else "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
         self.local_src = config.local_match(family)
@@ -127,6 +127,12 @@ class _Builder:
         self.filter: dict[str, list[str]] = {n.SERVICES: [], n.EXTERNAL_SERVICES: [], n.NODEPORTS: [],
                                              n.PROXY_FIREWALL: []}
         self.service_chains: dict[str, tuple[str, ...]] = {}
+
+    def reject(self, proto: str) -> str:
+        """TCP is refused with a TCP reset, which the kernel never rate-limits; an ICMP
+        port-unreachable is limited per peer (icmp_ratelimit), so past a burst clients of a Service
+        without endpoints waited for SYN retries (kubernetes#90810). UDP and SCTP keep ICMP."""
+        return "REJECT --reject-with tcp-reset" if proto == "tcp" else self.reject_icmp
 
     # --- one service port ------------------------------------------------------------------------
 
@@ -153,7 +159,7 @@ class _Builder:
         uses_fw = has_any and bool(p.load_balancer_ips) and bool(p.source_ranges)
         lb_target = fw if uses_fw else ext
         if not has_any:
-            int_verdict = ext_verdict = self.reject
+            int_verdict = ext_verdict = self.reject(proto)
             int_comment = ext_comment = quote_comment(f"{name} has no endpoints")
         else:
             int_verdict = ext_verdict = "DROP"

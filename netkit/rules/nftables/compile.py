@@ -260,8 +260,10 @@ def fixed_chains(ctx: Ctx, nodeport_set: bool) -> list[Chain]:
         Chain(n.FIREWALL_CHECK, (f"{ip} daddr . meta l4proto . th dport vmap @{n.FIREWALL_IPS}",)),
         Chain(n.SERVICE_ENDPOINTS_CHECK, (f"{ip} daddr . meta l4proto . th dport vmap @{n.NO_ENDPOINT_SERVICES}",)),
         Chain(n.NODEPORT_ENDPOINTS_CHECK, (f"{to_node} meta l4proto . th dport vmap @{n.NO_ENDPOINT_NODEPORTS}",)),
-        Chain(n.CLUSTER_IPS_CHECK, (f"{ip} daddr @{n.CLUSTER_IPS} reject",)),
-        Chain(n.REJECT_CHAIN, ("reject",)),
+        Chain(n.CLUSTER_IPS_CHECK, (f"{ip} daddr @{n.CLUSTER_IPS} goto {n.REJECT_CHAIN}",)),
+        # TCP gets a reset: ICMP errors are rate-limited per peer, so past a burst clients would wait
+        # for SYN retries instead of failing fast (kubernetes#90810). nft adds `meta l4proto tcp`.
+        Chain(n.REJECT_CHAIN, ("reject with tcp reset", "reject")),
     ]
 
 

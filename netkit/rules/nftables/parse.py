@@ -7,7 +7,8 @@ edit inside netkit's table shows up instead of being silently misread. What the 
 rewrites is normalised here:
 
 - a dynamic set is listed with flags ["timeout"] only (nft 1.0.6 JSON drops "dynamic");
-- `reject` comes back as `reject with icmp(v6) type port-unreachable`;
+- `reject` comes back as `reject with icmp(v6) type port-unreachable`; `reject with tcp reset`
+  comes back without the `meta l4proto tcp` match nft adds for it;
 - `dnat ip to a:p` comes back without its family;
 - a `numgen … offset` of 2³¹ or more comes back negative (printed as signed 32-bit);
 - an interval set comes back merged, possibly as ranges: printed as sorted prefixes again;
@@ -276,7 +277,8 @@ _STATEMENTS = {
     "vmap": _vmap,
     "mangle": _mangle,
     "masquerade": _masquerade,
-    "reject": lambda body, family: "reject",
+    "reject": lambda body, family: (
+        "reject with tcp reset" if isinstance(body, dict) and body.get("type") == "tcp reset" else "reject"),
     "dnat": _dnat,
     "set": _set_update,
 }
