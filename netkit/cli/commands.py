@@ -138,10 +138,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
         changes = service_changes(be.summarize(live), be.summarize(desired))
         empty = bool(getattr(p, "empty", not be.render_plan(p)))
         pending = pending or not empty or bool(changes)
-        report[family.value] = {"in_sync": empty, "services": changes, "plan": p, "live": live}
+        find_foreign = getattr(be, "foreign", None)
+        foreign = find_foreign(live, desired) if find_foreign else []
+        report[family.value] = {"in_sync": empty, "services": changes, "plan": p, "live": live,
+                                "foreign": foreign}
     if args.output == "json":
         json.dump({"in_sync": not pending, "families": {
-            f: {"in_sync": r["in_sync"], "services": r["services"], "payload": be.render_plan(r["plan"])}
+            f: {"in_sync": r["in_sync"], "services": r["services"], "foreign": r["foreign"],
+                "payload": be.render_plan(r["plan"])}
             for f, r in report.items()}}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
@@ -176,6 +180,8 @@ def _print_diff(be: Backend, report: Mapping[str, Mapping[str, Any]]) -> None:
         out.write(f"{family}:\n")
         for c in r["services"]:
             out.write("  " + _service_line(c) + "\n")
+        for line in r["foreign"]:
+            out.write(f"  ! {line}\n")
         describe = getattr(be, "describe_plan", None)
         text = describe(r["plan"]) if describe else be.render_plan(r["plan"])
         for line in text.splitlines():

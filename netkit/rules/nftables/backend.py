@@ -15,12 +15,13 @@ from netkit.rules.nftables import names
 from netkit.rules.nftables import plan as _plan
 from netkit.rules.nftables import render as _render
 from netkit.rules.nftables.kernel import NftKernel
+from netkit.rules.nftables.parse import FOREIGN
 from netkit.rules.nftables.ruleset import NamedSet, Ruleset
 from netkit.rules.nftables.trace import trace
 
 name = "nftables"
 
-__all__ = ["compile", "kernel", "name", "plan", "render", "render_plan", "summarize", "trace"]
+__all__ = ["compile", "foreign", "kernel", "name", "plan", "render", "render_plan", "summarize", "trace"]
 
 
 def family_name(family: IPFamily) -> str:
@@ -78,6 +79,28 @@ def dnat_targets(rule: str, sets: Mapping[str, NamedSet]) -> list[str]:
         return [target.split()[0]]
     pairs = [v.split(" . ") for v in values]
     return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip, port in pairs]
+
+
+def foreign(live: Ruleset | None, desired: Ruleset) -> list[str]:
+    """What someone else put into netkit's table, for `diff`: rules netkit never writes, and chains
+    and sets that are neither in the desired table nor named like a service port's. `apply`
+    removes them all (the plan rewrites those chains and deletes those objects)."""
+    if live is None:
+        return []
+    out: list[str] = []
+    want_chains, want_sets = desired.chain_map(), desired.set_map()
+    for chain in live.chains:
+        if chain.name not in want_chains and names.split(chain.name) is None:
+            out.append(f"foreign chain {chain.name} ({len(chain.rules)} rules): apply deletes it")
+            continue
+        out.extend(f"foreign rule in chain {chain.name}: {rule.removeprefix(FOREIGN).strip()}: apply removes it"
+                   for rule in chain.rules if rule.startswith(FOREIGN))
+    for st in live.sets:
+        if st.key_type == (FOREIGN,):
+            out.append(f"set {st.name} holds elements netkit never writes: apply recreates it")
+        elif st.name not in want_sets and names.split(st.name) is None and names.shard_protocol(st.name) is None:
+            out.append(f"foreign {'map' if st.is_map else 'set'} {st.name}: apply deletes it")
+    return out
 
 
 def kernel(config: Config, family: IPFamily, netns: str | None) -> NftKernel:

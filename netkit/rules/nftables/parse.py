@@ -15,6 +15,12 @@ rewrites is normalised here:
 - match operators: `==` and `in` are implicit in nft's syntax except after a bitwise expression.
 
 Elements of dynamic sets (clients remembered for ClientIP affinity) are runtime state and ignored.
+
+Foreign edits inside netkit's table (someone ran `nft add rule ip netkit services counter`) are
+read, not refused: a rule with a statement or expression netkit never writes is printed with
+FOREIGN in front (`# foreign: counter`), and a set with an element it cannot read gets the key type
+FOREIGN. Neither ever equals anything `compile` writes, so `plan` rewrites that chain or recreates
+that set: `diff` shows the edit and `apply` (or the daemon's next full sync) repairs it.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ JSON = Any
 
 class ParseError(NetkitError):
     pass
+
+
+FOREIGN = "# foreign:"
 
 
 def parse(text: str, family: str = "ip", table: str = "netkit") -> Ruleset | None:
@@ -87,7 +96,10 @@ def named_set(body: JSON) -> NamedSet:
     if "timeout" in flags:
         flags.add("dynamic")  # nft 1.0.6 omits it from JSON; netkit's only timeout sets are dynamic
     dynamic = "dynamic" in flags
-    elements = frozenset() if dynamic else frozenset(element(e) for e in body.get("elem", ()))
+    try:
+        elements = frozenset() if dynamic else frozenset(element(e) for e in body.get("elem", ()))
+    except (ParseError, KeyError, TypeError, ValueError, IndexError):
+        key_type, elements = [FOREIGN], frozenset()  # recreated whole by plan
     return NamedSet(body["name"], tuple(key_type), body.get("map"), tuple(sorted(flags)),
                     body.get("timeout"), body.get("size"), elements)
 
@@ -131,7 +143,23 @@ def hook(body: JSON) -> Hook | None:
 
 
 def rule_text(stmts: list[JSON], family: str) -> str:
-    return " ".join(statement(s, family) for s in stmts)
+    try:
+        return " ".join(statement(s, family) for s in stmts)
+    except (ParseError, KeyError, TypeError, ValueError, StopIteration):
+        return f"{FOREIGN} " + " ".join(foreign_statement(s, family) for s in stmts)
+
+
+def foreign_statement(s: JSON, family: str) -> str:
+    """A statement of a foreign rule for people: netkit's spelling where it has one, `counter` without
+    its (ever-changing) numbers, else the kernel's JSON."""
+    try:
+        return statement(s, family)
+    except (ParseError, KeyError, TypeError, ValueError, StopIteration):
+        pass
+    kind = next(iter(s)) if isinstance(s, dict) and s else None
+    if kind == "counter":
+        return "counter"
+    return json.dumps(s, separators=(",", ":"), sort_keys=True)
 
 
 def statement(s: JSON, family: str) -> str:
