@@ -3,14 +3,18 @@
     source (API reflectors or manifest files) ─► Store ─► changes ─► Runner.request()
                                                    │
                         Runner (min/max interval) ─┴─► NodeState ─► Syncer.sync (worker thread)
-                                                                    ├─► kernel rules, conntrack
+                                                                    ├─► kernel rules
+                                                                    ├─► UDP ports that changed ─► CleanupWorker
+                                                                    │     (own thread: conntrack over netlink)
                                                                     ├─► health check node ports
                                                                     └─► DNS view (--dns-listen)
     /healthz /livez (ProxyHealth)      /metrics (kube-proxy's names)
 
 Nothing is written until every source has completed its first list (a restart never flushes working
 rules, an API outage never empties them: the store keeps the last known objects while reflectors
-back off). SIGTERM and SIGINT stop the daemon and leave the rules in place; `--cleanup` removes them.
+back off). After each sync the UDP service ports it changed (all of them after a start) go to the
+conntrack worker, which checks the kernel's entries against their serving endpoints on its own thread.
+SIGTERM and SIGINT stop the daemon and leave the rules in place; `--cleanup` removes them.
 Constructing a Daemon does no IO; `run()` starts everything.
 """
 
@@ -31,10 +35,11 @@ from aiohttp import web
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
+from netkit.model.conntrack import frontends, ports_to_check
 from netkit.model.state import StateBuilder
 from netkit.model.types import LAST_CHANGE_TRIGGER_TIME, EndpointSlice
 from netkit.rules.backend import Backend
-from netkit.runtime.conntrack import ConntrackCleaner
+from netkit.runtime.conntrack import CleanupWorker, ConntrackCleaner, Reconciled
 from netkit.runtime.health import ProxyHealth, ServiceHealthServers, make_listener, proxy_health_app, service_health
 from netkit.runtime.metrics import Metrics
 from netkit.runtime.runner import Runner
@@ -67,14 +72,15 @@ class Daemon:
         self.store = Store()
         self.metrics = Metrics()
         self.health = ProxyHealth(cfg.sync_period)
-        self.syncer = Syncer(cfg, backend, options.families, netns=options.netns,
-                             conntrack=ConntrackCleaner(options.netns) if options.conntrack else None)
+        self.syncer = Syncer(cfg, backend, options.families, netns=options.netns)
+        self.conntrack = CleanupWorker(ConntrackCleaner(options.netns), self._cleaned) if options.conntrack else None
         self.runner = Runner(self._sync, min_interval=cfg.min_sync_period, max_interval=cfg.sync_period)
         self.service_health = ServiceHealthServers(options.netns, options.health_check_host)
         self.state_builder = StateBuilder()  # unchanged services come back as the same objects
         self.state: NodeState | None = None
         self.last_result: SyncResult | None = None
         self.synced = asyncio.Event()  # set after the first successful sync
+        self._syncing = False
         self._trigger_times: list[float] = []
         self._dns: Any = None
 
@@ -88,6 +94,8 @@ class Daemon:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
         http = await self._start_http()
+        if self.conntrack is not None:
+            self.conntrack.start()
         tasks = [asyncio.create_task(source.run(), name="source"),
                  asyncio.create_task(self._follow_changes(), name="changes"),
                  asyncio.create_task(self._start_runner(), name="runner")]
@@ -108,6 +116,8 @@ class Daemon:
             for runner in http:
                 await runner.cleanup()
             await self.service_health.close()
+            if self.conntrack is not None:
+                await asyncio.to_thread(self.conntrack.stop)
             if self._dns is not None:
                 await self._dns.close()
 
@@ -177,7 +187,20 @@ class Daemon:
                     self._trigger_times.append(trigger)
         self.metrics.service_changes_pending.set(0)
 
+    def settled(self) -> bool:
+        """Nothing pending: no change waiting for a sync, no sync running, no conntrack cleanup
+        queued or running (tests wait for this)."""
+        return (not self._syncing and not self.store.changed.is_set() and not self.runner.requested
+                and (self.conntrack is None or self.conntrack.idle()))
+
     async def _sync(self, full: bool) -> bool:
+        self._syncing = True
+        try:
+            return await self._sync_once(full)
+        finally:
+            self._syncing = False
+
+    async def _sync_once(self, full: bool) -> bool:
         objects = self.store.objects()
         cfg = self.options.config
         state = self.state_builder.build(objects, cfg.node_name, cfg.node_ips)
@@ -189,6 +212,9 @@ class Daemon:
             self.metrics.restore_failures.inc()
             self._trigger_times = pending + self._trigger_times  # measured once the change lands
             return False
+        if self.conntrack is not None:
+            # checked against the kernel, not against memory: after a start every UDP port is checked
+            self.conntrack.submit(frontends(ports_to_check(self.state, state)))
         self.state = state
         if result.full:
             # The objects of a synced state live long and hold no cycles: keep the cyclic GC from
@@ -201,8 +227,16 @@ class Daemon:
             self._dns.set_view(build_view(objects, self._dns_options, serial=int(time.time())))
         self.synced.set()
         log.info("sync done", extra={"full": result.full, "seconds": round(result.seconds, 4),
-                                     "chains": result.chains_written, "flows_flushed": result.flows_flushed})
+                                     "chains": result.chains_written})
         return True
+
+    def _cleaned(self, result: Reconciled) -> None:
+        """The conntrack worker's report (called on its thread)."""
+        if result.deleted:
+            self.metrics.conntrack_flushed.inc(result.deleted)
+        log.log(logging.INFO if result.deleted else logging.DEBUG, "conntrack cleanup done",
+                extra={"flows_read": result.flows, "flows_deleted": result.deleted,
+                       "seconds": round(result.seconds, 4)})
 
     def _observe(self, result: SyncResult, triggers: Sequence[float]) -> None:
         m = self.metrics
@@ -213,8 +247,6 @@ class Daemon:
             m.last_sync.set(now)
             for t in triggers:
                 m.network_programming.observe(max(0.0, now - t))
-            if result.flows_flushed:
-                m.conntrack_flushed.inc(result.flows_flushed)
         m.endpoint_changes_pending.set(self.store.pending)
 
     def cleanup(self) -> None:

@@ -33,6 +33,11 @@ class Runner:
     def request(self) -> None:
         self._wake.set()
 
+    @property
+    def requested(self) -> bool:
+        """A run has been asked for and has not started yet."""
+        return self._wake.is_set()
+
     async def run(self) -> None:
         while True:
             await self._wait_for_turn()

@@ -1,4 +1,4 @@
-"""The syncer: NodeState → rules in the kernel, for every IP family, then stale UDP conntrack cleanup.
+"""The syncer: NodeState → rules in the kernel, for every IP family.
 
 - Partial sync (the usual case): plan against the ruleset committed last time, kept in memory, so
   only the chains that changed are written and the kernel is not read.
@@ -7,8 +7,8 @@
   iptables-nft, rewriting every chain with --noflush takes minutes at 10k services.
 - A failed apply leaves the previous rules in place (the kernel takes a batch whole or not at all);
   the committed state is forgotten so the next sync re-reads the kernel.
-- Conntrack cleanup runs after the rules are in, from the difference between the state last applied
-  and the new one (nothing on the first sync after a start: a restart keeps live UDP flows).
+- Stale UDP conntrack entries are not the syncer's business: the daemon hands the UDP ports a sync
+  changed to `netkit.runtime.conntrack.CleanupWorker`, which cleans them off the sync path.
 
 `sync()` blocks (it runs tools); the daemon calls it in a worker thread.
 """
@@ -25,7 +25,6 @@ from netkit.config import Config
 from netkit.errors import KernelError
 from netkit.model import IPFamily, NodeState
 from netkit.rules.backend import Backend
-from netkit.runtime.conntrack import ConntrackCleaner, stale_udp_flows
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +35,12 @@ class SyncResult:
     seconds: float
     changed: bool  # something was written
     chains_written: int
-    flows_flushed: int
     error: str | None = None
 
 
 class Syncer:
     def __init__(self, config: Config, backend: Backend, families: Sequence[IPFamily], *,
-                 netns: str | None = None, conntrack: ConntrackCleaner | None = None) -> None:
+                 netns: str | None = None) -> None:
         self.config = config
         self.backend = backend
         self.families = tuple(families)
@@ -51,8 +49,6 @@ class Syncer:
         make = getattr(backend, "compiler", None)
         self.compilers: dict[IPFamily, Any] = {f: make(config, f) if make else None for f in self.families}
         self.committed: dict[IPFamily, Any] = {}
-        self.applied: NodeState | None = None
-        self.conntrack = conntrack
 
     def sync(self, state: NodeState, *, full: bool) -> SyncResult:
         start = time.perf_counter()
@@ -64,16 +60,8 @@ class Syncer:
                 changed = changed or n > 0
         except KernelError as exc:
             log.error("sync failed: %s", exc)
-            return SyncResult(full, time.perf_counter() - start, changed, written, 0, str(exc))
-        flushed = 0
-        if self.conntrack is not None:
-            flushes = stale_udp_flows(self.applied, state)
-            try:
-                flushed = self.conntrack.flush(flushes)
-            except OSError as exc:  # never fail a sync over conntrack; kube-proxy logs and goes on
-                log.warning("conntrack cleanup failed: %s", exc)
-        self.applied = state
-        return SyncResult(full, time.perf_counter() - start, changed, written, flushed)
+            return SyncResult(full, time.perf_counter() - start, changed, written, str(exc))
+        return SyncResult(full, time.perf_counter() - start, changed, written)
 
     def _sync_family(self, family: IPFamily, state: NodeState, full: bool) -> int:
         kernel = self.kernels[family]

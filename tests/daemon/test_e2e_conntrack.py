@@ -1,16 +1,19 @@
 """ConntrackCleaner against the real conntrack table of a fresh network namespace: entries are made
 with the conntrack tool (as a DNATed UDP flow looks: original to the service, reply from the
-endpoint), then `flush` must delete exactly the flows its Flush values name and leave the others."""
+endpoint), then `reconcile` must delete exactly the entries that point at no serving endpoint of a
+checked frontend — in batches over one socket — and leave every other entry."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from ipaddress import ip_address
 
 import pytest
 
-from netkit.runtime.conntrack import ConntrackCleaner, Flush
+from netkit.model.conntrack import Frontends
+from netkit.runtime.conntrack import CleanupWorker, ConntrackCleaner, Reconciled
 
 CLIENT = "203.0.113.5"
 
@@ -45,20 +48,27 @@ def ctns(netns: str) -> str:
     return netns
 
 
-def test_flush_deletes_exactly_the_named_flows(ctns: str) -> None:
-    _insert(ctns, "udp", "10.96.0.53", 53, "10.244.1.11", 5353, 40001)  # to the service, endpoint 1
-    _insert(ctns, "udp", "10.96.0.53", 53, "10.244.2.11", 5353, 40002)  # to the service, endpoint 2
-    _insert(ctns, "udp", "10.96.0.54", 53, "10.244.1.11", 5353, 40003)  # another service, endpoint 1
-    _insert(ctns, "udp", "192.0.2.10", 30053, "10.244.1.11", 5353, 40004)  # nodePort, endpoint 1
+def checked(services: dict[tuple[str, int], list[str]], node_ports: dict[int, list[str]] | None = None,
+            port: int = 5353) -> Frontends:
+    return Frontends({(ip_address(ip), p): frozenset((ip_address(e), port) for e in eps)
+                      for (ip, p), eps in services.items()},
+                     {(4, np): frozenset((ip_address(e), port) for e in eps) for np, eps in (node_ports or {}).items()})
+
+
+def test_reconcile_deletes_exactly_the_stale_entries(ctns: str) -> None:
+    _insert(ctns, "udp", "10.96.0.53", 53, "10.244.1.11", 5353, 40001)  # to the service, removed endpoint
+    _insert(ctns, "udp", "10.96.0.53", 53, "10.244.2.11", 5353, 40002)  # to the service, serving endpoint
+    _insert(ctns, "udp", "10.96.0.53", 53, "10.244.2.11", 6000, 40006)  # serving IP, but an old port
+    _insert(ctns, "udp", "10.96.0.53", 53, "10.96.0.53", 53, 40007)  # never DNATed (before the rules)
+    _insert(ctns, "udp", "10.96.0.54", 53, "10.244.1.11", 5353, 40003)  # a service not checked
+    _insert(ctns, "udp", "192.0.2.10", 30053, "10.244.1.11", 5353, 40004)  # nodePort, removed endpoint
     _insert(ctns, "tcp", "10.96.0.53", 53, "10.244.1.11", 5353, 40005)  # TCP: never touched
-    assert len(_flows(ctns)) == 5
+    assert len(_flows(ctns)) == 7
 
-    deleted = ConntrackCleaner(ctns).flush([
-        Flush(ip_address("10.96.0.53"), 53, (ip_address("10.244.1.11"), 5353)),
-        Flush(None, 30053, (ip_address("10.244.1.11"), 5353)),
-    ])
+    result = ConntrackCleaner(ctns).reconcile(checked({("10.96.0.53", 53): ["10.244.2.11"]},
+                                                      {30053: ["10.244.2.11"]}))
 
-    assert deleted == 2
+    assert result.deleted == 4 and result.flows == 6
     assert _flows(ctns) == {
         ("udp", "10.96.0.53", 53, "10.244.2.11", 5353),
         ("udp", "10.96.0.54", 53, "10.244.1.11", 5353),
@@ -66,16 +76,34 @@ def test_flush_deletes_exactly_the_named_flows(ctns: str) -> None:
     }
 
 
-def test_flush_of_a_service_ip_deletes_every_udp_flow_to_it(ctns: str) -> None:
-    _insert(ctns, "udp", "10.96.0.53", 53, "10.244.1.11", 5353, 40001)
-    _insert(ctns, "udp", "10.96.0.53", 53, "10.244.2.11", 5353, 40002)
-    _insert(ctns, "udp", "10.96.0.53", 54, "10.244.2.11", 5354, 40003)  # another port of the same IP
-    assert ConntrackCleaner(ctns).flush([Flush(ip_address("10.96.0.53"), 53)]) == 2
-    assert _flows(ctns) == {("udp", "10.96.0.53", 54, "10.244.2.11", 5354)}
+def test_reconcile_deletes_many_entries_in_batches(ctns: str) -> None:
+    for i in range(120):
+        _insert(ctns, "udp", "10.96.0.53", 53, "10.244.1.11" if i % 2 else "10.244.2.11", 5353, 41000 + i)
+    cleaner = ConntrackCleaner(ctns, batch=25)  # 60 stale entries: three batches, one socket
+    result = cleaner.reconcile(checked({("10.96.0.53", 53): ["10.244.2.11"]}))
+    assert (result.flows, result.deleted) == (120, 60)
+    assert {f.reply_src for f in cleaner.flows(4)} == {ip_address("10.244.2.11")}
+    assert cleaner.reconcile(checked({("10.96.0.53", 53): ["10.244.2.11"]})).deleted == 0
 
 
-def test_nothing_to_flush_touches_nothing(ctns: str) -> None:
+def test_nothing_to_check_touches_nothing(ctns: str) -> None:
     _insert(ctns, "udp", "10.96.0.53", 53, "10.244.1.11", 5353, 40001)
-    assert ConntrackCleaner(ctns).flush([]) == 0
-    assert ConntrackCleaner(ctns).flush([Flush(ip_address("10.96.0.99"), 53)]) == 0
+    assert ConntrackCleaner(ctns).reconcile(Frontends()) == Reconciled(0, 0, 0.0)
+    assert ConntrackCleaner(ctns).reconcile(checked({("10.96.0.99", 53): ["10.244.9.9"]})).deleted == 0
     assert len(_flows(ctns)) == 1
+
+
+def test_the_worker_cleans_off_the_callers_thread(ctns: str) -> None:
+    _insert(ctns, "udp", "10.96.0.53", 53, "10.244.1.11", 5353, 40001)
+    done: list[Reconciled] = []
+    worker = CleanupWorker(ConntrackCleaner(ctns), done.append)
+    worker.start()
+    try:
+        worker.submit(checked({("10.96.0.53", 53): ["10.244.2.11"]}))
+        deadline = time.monotonic() + 5
+        while not (done and worker.idle()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        worker.stop()
+    assert [d.deleted for d in done] == [1]
+    assert _flows(ctns) == set()

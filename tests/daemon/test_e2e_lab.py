@@ -25,7 +25,7 @@ from netkit.lab import Lab, Outcome, running
 from netkit.netns import socket_in
 from tests.conftest import need_root_and
 
-from .conftest import run
+from .conftest import eventually, run
 from .e2e import running_daemon, web_service, web_slice, with_ports
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
@@ -95,7 +95,7 @@ def test_udp_client_survives_an_endpoint_change(lab: Lab, tmp_path: Path, cleanu
                 left = WEB_B1 if used == WEB_A1 else WEB_A1
                 await r.kubectl.apply_text("replace", web_slice([left], "UDP", "dns", "dns-1", 5353))
                 await r.converge(lambda s: s.get(UDP_KEY) == with_ports([left], 5353), what="endpoint removed")
-                await asyncio.sleep(0.1)  # the conntrack cleanup runs right after the restore
+                await eventually(r.daemon.settled, what="conntrack cleanup")  # on its own thread, after the sync
                 after = await asyncio.to_thread(_ask, sock)
             finally:
                 sock.close()

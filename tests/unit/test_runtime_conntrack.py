@@ -1,64 +1,181 @@
-"""stale_udp_flows as a table: exactly kube-proxy's cases, nothing more."""
+"""The pure conntrack decision (netkit.model.conntrack) as tables: which entries are stale for a set of
+checked UDP frontends (kube-proxy's pkg/proxy/conntrack cleanup_test cases), and which ports a sync
+must check."""
 
 from __future__ import annotations
 
+import threading
+import time
 from ipaddress import ip_address
 from typing import Any
 
 import pytest
 
 from netkit.model import NodeState, build
-from netkit.runtime.conntrack import Flush, stale_udp_flows
+from netkit.model.conntrack import Flow, Frontends, frontends, ports_to_check, serving, stale
+from netkit.model.state import StateBuilder
+from netkit.runtime.conntrack import CleanupWorker, Reconciled
 from tests.factories import endpoint, node, objects, service, slice_
 
-UDP = [{"name": "dns", "port": 53, "targetPort": 5353, "protocol": "UDP"}]
-TCP = [{"name": "dns", "port": 53, "targetPort": 5353, "protocol": "TCP"}]
-NODEPORT_UDP = [{"name": "dns", "port": 53, "targetPort": 5353, "protocol": "UDP", "nodePort": 30053}]
+CLUSTER_IP, EXTERNAL_IP, LB_IP = "172.30.1.1", "192.168.99.100", "1.2.3.4"
+SERVING, NOT_SERVING, DELETED, TERMINATING = "10.240.0.4", "10.240.1.5", "10.240.2.6", "10.240.3.7"
+SERVICE_PORT, NODE_PORT, OTHER_PORT, EP_PORT, OLD_EP_PORT = 8000, 32000, 3000, 9090, 8080
 
 
-def state(ips: list[str], ports: list[dict[str, Any]] = UDP, **spec: Any) -> NodeState:
-    proto = ports[0]["protocol"]
-    docs = [node(), service("dns", ip="10.96.0.53", ports=ports, **spec)]
-    if ips:
-        docs.append(slice_("dns", endpoints=[endpoint(ip) for ip in ips],
-                           ports=[{"name": "dns", "port": 5353, "protocol": proto}]))
-    return build(objects(*docs), "node-a", ())
+def docs(eps: list[dict[str, Any]], proto: str = "UDP", node_port: bool = True) -> list[dict[str, Any]]:
+    ports = [{"name": "p", "port": SERVICE_PORT, "targetPort": EP_PORT, "protocol": proto,
+              **({"nodePort": NODE_PORT} if node_port else {})}]
+    svc = service("cleanup", ip=CLUSTER_IP, ports=ports, type="LoadBalancer" if node_port else "ClusterIP",
+                  externalIPs=[EXTERNAL_IP],
+                  **({"status": {"loadBalancer": {"ingress": [{"ip": LB_IP}]}}} if node_port else {}))
+    out = [node(), svc]
+    if eps:
+        out.append(slice_("cleanup", endpoints=eps, ports=[{"name": "p", "port": EP_PORT, "protocol": proto}]))
+    return out
 
 
-def F(dst: str | None, port: int, ep: str | None = None) -> Flush:  # noqa: N802 - a table constructor
-    return Flush(ip_address(dst) if dst else None, port, (ip_address(ep), 5353) if ep else None)
+def state(eps: list[dict[str, Any]], proto: str = "UDP", **kw: Any) -> NodeState:
+    return build(objects(*docs(eps, proto, **kw)), "node-a", ())
 
 
+KUBE_PROXY_ENDPOINTS = [endpoint(SERVING, serving=True, ready=True),
+                        endpoint(NOT_SERVING, serving=False, ready=False)]
+
+
+def flow(dst: str, dport: int, reply: str, rport: int = EP_PORT, sport: int = 40000) -> Flow:
+    return Flow(ip_address("203.0.113.5"), sport, ip_address(dst), dport, ip_address(reply), rport)
+
+
+def test_stale_entries_like_kube_proxy() -> None:
+    """kube-proxy's TestCleanStaleEntries: to a service IP:port or the nodePort, an entry whose reply
+    does not come from a serving endpoint IP:port goes; other ports, TCP, serving endpoints stay."""
+    checked = frontends(state(KUBE_PROXY_ENDPOINTS).ports)
+    expected_gone, kept = set(), set()
+    for dst in (CLUSTER_IP, LB_IP, EXTERNAL_IP):
+        expected_gone.add(flow(dst, SERVICE_PORT, SERVING, OLD_EP_PORT))  # the endpoint moved port
+        expected_gone.add(flow(dst, SERVICE_PORT, dst, SERVICE_PORT))  # never DNATed (no rules yet)
+        kept.add(flow(dst, OTHER_PORT, dst, OTHER_PORT))
+        for ep in (SERVING, NOT_SERVING, DELETED):
+            (kept if ep == SERVING else expected_gone).add(flow(dst, SERVICE_PORT, ep))
+            kept.add(flow(dst, OTHER_PORT, ep))
+    for ep in (SERVING, NOT_SERVING, DELETED):
+        (kept if ep == SERVING else expected_gone).add(flow("192.0.2.10", NODE_PORT, ep))
+    assert set(stale([*expected_gone, *kept], checked)) == expected_gone
+
+
+def test_a_service_without_serving_endpoints_is_not_checked() -> None:
+    """kube-proxy's TestServiceWithoutEndpoints: nothing to compare with, nothing deleted."""
+    checked = frontends(state([endpoint(NOT_SERVING, serving=False, ready=False)]).ports)
+    assert not checked
+    assert stale([flow(CLUSTER_IP, SERVICE_PORT, DELETED)], checked) == ()
+
+
+def test_terminating_but_serving_endpoints_keep_their_flows() -> None:
+    eps = [endpoint(SERVING), endpoint(TERMINATING, ready=False, serving=True, terminating=True)]
+    s = state(eps)
+    (port,) = s.ports
+    assert {ip for ip, _ in serving(port)} == {ip_address(SERVING), ip_address(TERMINATING)}
+    # new connections avoid the terminating endpoint while a ready one exists ...
+    assert {e.ip for e in port.cluster_endpoints} == {ip_address(SERVING)}
+    # ... but its flows are not cut while it serves
+    assert stale([flow(CLUSTER_IP, SERVICE_PORT, TERMINATING)], frontends(s.ports)) == ()
+    stopped = state([endpoint(SERVING), endpoint(TERMINATING, ready=False, serving=False, terminating=True)])
+    assert stale([flow(CLUSTER_IP, SERVICE_PORT, TERMINATING)], frontends(stopped.ports)) != ()
+
+
+def test_tcp_ports_are_never_checked() -> None:
+    assert not frontends(state(KUBE_PROXY_ENDPOINTS, "TCP").ports)
+
+
+def test_a_node_port_is_checked_per_ip_family() -> None:
+    checked = frontends(state([endpoint(SERVING)]).ports)
+    v6 = Flow(ip_address("2001:db8::5"), 40000, ip_address("2001:db8::10"), NODE_PORT,
+              ip_address("2001:db8::10"), NODE_PORT)
+    assert stale([v6], checked) == ()
+    assert checked.versions == frozenset({4})
+
+
+def test_flow_reads_like_a_log_line() -> None:
+    assert str(flow(CLUSTER_IP, 53, SERVING, 5353)) == "203.0.113.5:40000 → 172.30.1.1:53 (reply from 10.240.0.4:5353)"
+
+
+def names(ports: tuple[Any, ...]) -> set[str]:
+    return {str(p.name) for p in ports}
+
+
+ONE, TWO = [endpoint(SERVING)], [endpoint(SERVING), endpoint(DELETED)]
 CASES = [
-    ("first sync after a start: nothing", None, state(["10.244.1.1"]), set()),
-    ("0 → 1 endpoint: flows to the service IP", state([]), state(["10.244.1.1"]), {F("10.96.0.53", 53)}),
-    ("0 → 2 endpoints, nodePort: service IP and nodePort", state([], NODEPORT_UDP, type="NodePort"),
-     state(["10.244.1.1", "10.244.1.2"], NODEPORT_UDP, type="NodePort"),
-     {F("10.96.0.53", 53), F(None, 30053)}),
-    ("0 → 1, externalIP too", state([], externalIPs=["198.51.100.7"]),
-     state(["10.244.1.1"], externalIPs=["198.51.100.7"]), {F("10.96.0.53", 53), F("198.51.100.7", 53)}),
-    ("endpoint removed: flows DNATed to it", state(["10.244.1.1", "10.244.1.2"]), state(["10.244.1.2"]),
-     {F("10.96.0.53", 53, "10.244.1.1")}),
-    ("endpoint removed, nodePort: also via the nodePort", state(["10.244.1.1", "10.244.1.2"], NODEPORT_UDP,
-     type="NodePort"), state(["10.244.1.2"], NODEPORT_UDP, type="NodePort"),
-     {F("10.96.0.53", 53, "10.244.1.1"), F(None, 30053, "10.244.1.1")}),
-    ("endpoint added to a working service: nothing", state(["10.244.1.1"]), state(["10.244.1.1", "10.244.1.2"]),
-     set()),
-    ("service deleted: flows to its endpoints", state(["10.244.1.1"]), build(objects(node()), "node-a", ()),
-     {F("10.96.0.53", 53, "10.244.1.1")}),
-    ("1 → 0 endpoints: flows to the endpoint that went", state(["10.244.1.1"]), state([]),
-     {F("10.96.0.53", 53, "10.244.1.1")}),
-    ("no change: nothing", state(["10.244.1.1"]), state(["10.244.1.1"]), set()),
-    ("TCP 0 → 1: nothing", state([], TCP), state(["10.244.1.1"], TCP), set()),
-    ("TCP endpoint removed: nothing", state(["10.244.1.1", "10.244.1.2"], TCP), state(["10.244.1.2"], TCP), set()),
+    ("first sync after a start: every UDP port", None, state(ONE), 1),
+    ("no change", state(ONE), state(ONE), 0),
+    ("endpoint added", state(ONE), state(TWO), 1),
+    ("endpoint removed", state(TWO), state(ONE), 1),
+    ("0 → 1 endpoint", state([]), state(ONE), 1),
+    ("endpoint starts terminating, still serving: its flows stay, nothing to check",
+     state(TWO), state([endpoint(SERVING), endpoint(DELETED, ready=False, serving=True, terminating=True)]), 0),
+    ("endpoint stops serving", state(TWO),
+     state([endpoint(SERVING), endpoint(DELETED, ready=False, serving=False)]), 1),
+    ("TCP endpoint removed: nothing", state(TWO, "TCP"), state(ONE, "TCP"), 0),
+    ("first sync, TCP only: nothing", None, state(ONE, "TCP"), 0),
 ]
 
 
-@pytest.mark.parametrize("old, new, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_stale_udp_flows(old: NodeState | None, new: NodeState, expected: set[Flush]) -> None:
-    assert set(stale_udp_flows(old, new)) == expected
+@pytest.mark.parametrize("old, new, count", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_ports_to_check(old: NodeState | None, new: NodeState, count: int) -> None:
+    assert len(ports_to_check(old, new)) == count
 
 
-def test_flush_reads_like_a_log_line() -> None:
-    assert str(F("10.96.0.53", 53, "10.244.1.1")) == "10.96.0.53:53 → 10.244.1.1:5353"
-    assert str(F(None, 30053)) == "*:30053 (nodePort)"
+def test_unchanged_services_are_skipped_by_identity() -> None:
+    builder, objs = StateBuilder(), objects(*docs(ONE))
+    first = builder.build(objs, "node-a", ())
+    again = builder.build(objs, "node-a", ())
+    assert first.ports[0] is again.ports[0]
+    assert ports_to_check(first, again) == ()
+
+
+class SlowCleaner:
+    """Stands in for the netlink edge: the first pass blocks until released, the second fails."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls: list[Frontends] = []
+
+    def reconcile(self, checked: Frontends) -> Reconciled:
+        self.calls.append(checked)
+        if len(self.calls) == 1:
+            self.release.wait(5)
+        if len(self.calls) == 2:
+            raise OSError("netlink went away")
+        return Reconciled(10, len(checked), 0.0)
+
+
+def wait_for(check: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_the_worker_never_blocks_the_submitter_and_merges_and_retries() -> None:
+    cleaner = SlowCleaner()
+    done: list[Reconciled] = []
+    worker = CleanupWorker(cleaner, done.append, retry=0.01)  # type: ignore[arg-type]
+    a = frontends(state(ONE).ports)
+    b = frontends(build(objects(node(), service("other", ip="172.30.9.9", ports=[
+        {"name": "p", "port": 53, "protocol": "UDP"}]), slice_("other", endpoints=[endpoint(SERVING)], ports=[
+            {"name": "p", "port": 53, "protocol": "UDP"}])), "node-a", ()).ports)
+    worker.start()
+    try:
+        start = time.monotonic()
+        worker.submit(a)
+        wait_for(lambda: len(cleaner.calls) == 1)
+        worker.submit(b)  # while the first pass is still running: returns at once, merged for the next
+        worker.submit(a)
+        assert time.monotonic() - start < 1.0 and not worker.idle()
+        cleaner.release.set()
+        wait_for(lambda: len(done) == 2 and worker.idle())
+    finally:
+        worker.stop()
+    assert len(cleaner.calls) == 3, "first pass, a failed pass, and its retry"
+    assert cleaner.calls[1] == cleaner.calls[2]
+    assert set(cleaner.calls[2].by_address) == set(a.by_address) | set(b.by_address)
+    assert [d.deleted for d in done] == [len(a), len(a) + len(b)]

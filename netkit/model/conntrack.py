@@ -1,0 +1,143 @@
+"""Which UDP conntrack entries are stale: the pure decision behind the daemon's conntrack cleanup.
+
+UDP has no connection end, so a conntrack entry keeps steering a client's later datagrams with the
+same 5-tuple to wherever the first one went — to a pod that is gone, or nowhere when the entry was
+made before the Service had rules (a DNS client reusing its source port: kubernetes#19029, #48370).
+The daemon does what kube-proxy's `pkg/proxy/conntrack` does: it reads the kernel's UDP entries and
+compares them with the **serving** endpoints of each UDP service port it checks, not with its own
+memory of what it deleted before — so a cleanup lost to a restart or a crash is made up for:
+
+- an entry whose original destination is one of the port's service IPs (clusterIP, externalIPs, load
+  balancer IPs) and port, or whose original destination port is its nodePort, is stale when its reply
+  source (the endpoint it was DNATed to, or the service IP itself when it was not DNATed) is not a
+  serving endpoint IP:port of that service port;
+- a service port with no serving endpoint is not checked (new datagrams are rejected by the rules;
+  existing flows are left alone, as kube-proxy does);
+- an endpoint that is terminating but still serving keeps its flows (current kube-proxy; only an
+  endpoint that stops serving or is removed loses them), and neither topology nor traffic policy
+  matters: those decide where *new* flows go, like for TCP.
+
+Which ports to check (`ports_to_check`): every UDP port on the first sync after a start, afterwards
+those whose serving endpoints or addresses changed. kube-proxy checks every UDP port on every sync;
+checking only the changed ones gives the same result (the table only gains stale entries when a
+port's endpoints or addresses change) at a cost that follows the change, not the cluster.
+
+Everything here is pure: the daemon's netlink edge (`netkit.runtime.conntrack`) lists and deletes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from netkit.model.state import NodeState, ServicePortState
+from netkit.model.types import IPAddress, Protocol
+
+Backend = tuple[IPAddress, int]  # an endpoint's IP and port
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Flow:
+    """One UDP conntrack entry: its original tuple and the source of its reply tuple."""
+
+    src: IPAddress
+    sport: int
+    dst: IPAddress
+    dport: int
+    reply_src: IPAddress
+    reply_sport: int
+    zone: int = 0
+
+    def __str__(self) -> str:
+        return f"{_hostport(self.src, self.sport)} → {_hostport(self.dst, self.dport)} " \
+               f"(reply from {_hostport(self.reply_src, self.reply_sport)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Frontends:
+    """The serving endpoints of each frontend being checked: service IP and port, and (IP version,
+    nodePort) — a nodePort answers on every node address of its family."""
+
+    by_address: Mapping[tuple[IPAddress, int], frozenset[Backend]] = field(default_factory=dict)
+    by_node_port: Mapping[tuple[int, int], frozenset[Backend]] = field(default_factory=dict)
+
+    @property
+    def versions(self) -> frozenset[int]:
+        """The IP versions (4, 6) whose conntrack table needs reading."""
+        return frozenset({ip.version for ip, _ in self.by_address} | {v for v, _ in self.by_node_port})
+
+    def __bool__(self) -> bool:
+        return bool(self.by_address or self.by_node_port)
+
+    def __len__(self) -> int:
+        return len(self.by_address) + len(self.by_node_port)
+
+
+def serving(port: ServicePortState) -> frozenset[Backend]:
+    """The endpoints of `port` that serve (ready, or terminating and still serving)."""
+    return frozenset((e.ip, e.port) for e in port.endpoints if e.serving)
+
+
+def frontends(ports: Iterable[ServicePortState]) -> Frontends:
+    """The frontends of the UDP `ports` that have a serving endpoint (others are not checked)."""
+    by_address: dict[tuple[IPAddress, int], frozenset[Backend]] = {}
+    by_node_port: dict[tuple[int, int], frozenset[Backend]] = {}
+    for p in ports:
+        if p.protocol is not Protocol.UDP:
+            continue
+        backends = serving(p)
+        if not backends:
+            continue
+        for ip in _service_ips(p):
+            by_address[(ip, p.port)] = backends
+        if p.node_port:
+            by_node_port[(p.cluster_ip.version, p.node_port)] = backends
+    return Frontends(by_address, by_node_port)
+
+
+def stale(flows: Iterable[Flow], checked: Frontends) -> tuple[Flow, ...]:
+    """The entries of `flows` that point at no serving endpoint of the frontend they were sent to."""
+    out = []
+    for f in flows:
+        reply = (f.reply_src, f.reply_sport)
+        via_ip = checked.by_address.get((f.dst, f.dport))
+        via_node_port = checked.by_node_port.get((f.dst.version, f.dport))
+        if (via_ip is not None and reply not in via_ip) or (via_node_port is not None and reply not in via_node_port):
+            out.append(f)
+    return tuple(out)
+
+
+def ports_to_check(old: NodeState | None, new: NodeState) -> tuple[ServicePortState, ...]:
+    """The UDP ports of `new` to check against the kernel: all of them when `old` is None (the first
+    sync after a start), otherwise those whose serving endpoints or addresses differ from `old`."""
+    udp = [p for p in new.ports if p.protocol is Protocol.UDP]
+    if old is None:
+        return tuple(udp)
+    # StateBuilder hands unchanged services back as the very same objects: only the others can move.
+    same = {id(p) for p in old.ports}
+    before = {_key(p): p for p in old.ports if p.protocol is Protocol.UDP}
+    out = []
+    for p in udp:
+        if id(p) in same:
+            continue
+        prev = before.get(_key(p))
+        if prev is None or _watched(prev) != _watched(p):
+            out.append(p)
+    return tuple(out)
+
+
+def _key(p: ServicePortState) -> tuple[object, ...]:
+    return (p.name, p.protocol, p.family)
+
+
+def _watched(p: ServicePortState) -> tuple[object, ...]:
+    return (serving(p), _service_ips(p), p.port, p.node_port)
+
+
+def _service_ips(p: ServicePortState) -> tuple[IPAddress, ...]:
+    return (p.cluster_ip, *p.external_ips, *p.load_balancer_ips)
+
+
+def _hostport(ip: IPAddress, port: int) -> str:
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
