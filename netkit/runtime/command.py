@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import socket
@@ -52,6 +53,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--sync-period", type=float, metavar="SECONDS", help="default 30")
     p.add_argument("--no-conntrack", action="store_true", help="do not delete stale UDP conntrack entries")
     p.add_argument("--cleanup", action="store_true", help="remove every rule netkit wrote, then exit")
+    with contextlib.suppress(argparse.ArgumentError):  # the input options may define it already
+        p.add_argument("--allow-empty", action="store_true",
+                       help="with -f: a directory without Services means no Services (default: keep the rules "
+                            "until manifests come back)")
     p.add_argument("--log-format", choices=("json", "text"), default="json")
     p.set_defaults(func=cmd_run)
 
@@ -76,7 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         api=settings_from_args(args),
         healthz_address=_address(args.healthz_bind_address, config.healthz_bind_address),
         metrics_address=_address(args.metrics_bind_address, config.metrics_bind_address),
-        dns_listen=args.dns_listen, dns_upstreams=tuple(args.dns_upstream), conntrack=not args.no_conntrack)
+        dns_listen=args.dns_listen, dns_upstreams=tuple(args.dns_upstream), conntrack=not args.no_conntrack,
+        allow_empty=bool(getattr(args, "allow_empty", False)))
     daemon = Daemon(options, get_backend(config.mode))
     if args.cleanup:
         daemon.cleanup()

@@ -55,6 +55,7 @@ class DaemonOptions:
     families: tuple[IPFamily, ...] = (IPFamily.IPV4, IPFamily.IPV6)
     netns: str | None = None
     files: tuple[str, ...] = ()  # manifest source; empty: the Kubernetes API
+    allow_empty: bool = False  # a manifest root without Services means no Services (else: kept as it was)
     api: Any = None  # netkit.sources.kube.ApiSettings
     healthz_address: str | None = "0.0.0.0:10256"
     metrics_address: str | None = "127.0.0.1:10249"
@@ -124,7 +125,7 @@ class Daemon:
     def _source(self) -> Any:
         if self.options.files:
             from netkit.sources.files import FileSource
-            return FileSource(self.options.files, self.store)
+            return FileSource(self.options.files, self.store, allow_empty=self.options.allow_empty)
         from netkit.sources.kube import ApiSettings, KubeSource
         return KubeSource(self.options.api or ApiSettings(), self.store, node_name=self.options.config.node_name,
                           pods=bool(self.options.dns_listen), options=self.options.reflector_options)

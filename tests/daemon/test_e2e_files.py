@@ -37,8 +37,13 @@ def test_file_source_follows_an_edit(netns: str, tmp_path: Path) -> None:
             (manifests / "web.yaml").write_text("this: [is not yaml")  # broken: last good version stays
             await asyncio.sleep(0.5)
             assert (await r.services()).get(WEB) == with_ports([C])
+            (manifests / "api.yaml").write_text(web_service("10.96.0.11", name="api"))
+            await r.converge(lambda s: "default/api:http/tcp" in s, what="a second file")
             (manifests / "web.yaml").unlink()
             await r.converge(lambda s: WEB not in s, what="the removal")
+            (manifests / "api.yaml").unlink()  # the last Service: a source briefly gone, rules kept
+            await asyncio.sleep(0.5)
+            assert "default/api:http/tcp" in await r.services()
         finally:
             await stop_daemon(task)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import shutil
 from ipaddress import ip_address
 from pathlib import Path
 
@@ -130,3 +132,161 @@ KEEP: list[tuple[str, Objs, Objs, tuple[Problem, ...], Objs]] = [
 def test_keep_last_good(name: str, previous: tuple[KubeObject, ...], decoded: tuple[KubeObject, ...],
                         problems: tuple[Problem, ...], expected: tuple[KubeObject, ...]) -> None:
     assert keep_last_good(previous, decoded, problems) == expected
+
+
+def names(store: Store) -> set[str]:
+    return {s.ref.name for s in store.objects().services}
+
+
+def fast(paths: list[Path], store: Store, **kw: object) -> FileSource:
+    return FileSource([str(p) for p in paths], store, debounce_ms=20, step_ms=10, poll_ms=50, **kw)  # type: ignore[arg-type]
+
+
+def test_a_removed_directory_is_kept_and_followed_when_it_comes_back(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`rm -rf DIR`, then re-create it: the objects stay meanwhile (logged), later edits are applied."""
+    d = tmp_path / "manifests"
+
+    async def scenario() -> None:
+        d.mkdir()
+        (d / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80))
+        (d / "api.yaml").write_text(SVC.format(name="api", ip="10.96.0.11", port=80))
+        store = Store()
+        source = fast([d], store)
+        async with background(source.run()):
+            await asyncio.wait_for(store.wait_synced(), 5)
+            assert names(store) == {"web", "api"}
+            shutil.rmtree(d)
+            await eventually(lambda: d in source.gone, what="the directory seen gone")
+            await asyncio.sleep(0.2)
+            assert ports(store) == {"web": 80, "api": 80}, "a vanished directory keeps its objects"
+            d.mkdir()
+            (d / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=81))
+            await eventually(lambda: ports(store) == {"web": 81}, what="the re-created directory read")
+            assert not source.gone and source.watches >= 2
+            (d / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=82))
+            await eventually(lambda: ports(store) == {"web": 82}, what="a later edit")
+            (d / "new.yaml").write_text(SVC.format(name="new", ip="10.96.0.12", port=80))
+            await eventually(lambda: names(store) == {"web", "new"}, what="a later new file")
+
+    with caplog.at_level(logging.INFO, logger="netkit.sources.files"):
+        run(scenario())
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("removed or replaced; keeping the 2 objects" in m for m in messages), messages
+    assert any("manifests are back; following it again" in m for m in messages), messages
+
+
+def test_a_directory_replaced_at_once_is_followed(tmp_path: Path) -> None:
+    """Removed and re-created between two looks (a new inode under the old name)."""
+    d = tmp_path / "m"
+
+    async def scenario() -> None:
+        d.mkdir()
+        (d / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80))
+        store = Store()
+        source = fast([d], store)
+        async with background(source.run()):
+            await asyncio.wait_for(store.wait_synced(), 5)
+            staged = tmp_path / "staged"
+            staged.mkdir()
+            (staged / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=81))
+            shutil.rmtree(d)
+            staged.rename(d)
+            await eventually(lambda: ports(store) == {"web": 81}, what="the replacement read")
+            (d / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=82))
+            await eventually(lambda: ports(store) == {"web": 82}, what="an edit in the replacement")
+
+    run(scenario())
+
+
+def test_an_emptied_directory_keeps_its_objects_until_files_come_back(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        (tmp_path / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80) + "---\n" + SLICE)
+        (tmp_path / "api.yaml").write_text(SVC.format(name="api", ip="10.96.0.11", port=80))
+        store = Store()
+        source = fast([tmp_path], store)
+        async with background(source.run()):
+            await asyncio.wait_for(store.wait_synced(), 5)
+            store.take_changes()
+            (tmp_path / "web.yaml").unlink()
+            (tmp_path / "api.yaml").unlink()
+            await eventually(lambda: tmp_path in source.gone, what="the directory seen empty")
+            await asyncio.sleep(0.2)
+            assert names(store) == {"web", "api"} and len(store.objects().slices) == 1
+            assert store.take_changes() == {}, "nothing changed while the files were away"
+            (tmp_path / "api.yaml").write_text(SVC.format(name="api", ip="10.96.0.11", port=81))
+            await eventually(lambda: ports(store) == {"api": 81}, what="the files back")
+            assert store.objects().slices == (), "what did not come back is gone now"
+
+    run(scenario())
+
+
+def test_a_file_left_without_services_counts_as_empty(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        (tmp_path / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80) + "---\n" + SLICE)
+        store = Store()
+        source = fast([tmp_path], store)
+        async with background(source.run()):
+            await asyncio.wait_for(store.wait_synced(), 5)
+            (tmp_path / "web.yaml").write_text(SLICE)  # the Service removed: the last one
+            await eventually(lambda: tmp_path in source.gone, what="no Service left")
+            assert names(store) == {"web"}
+
+    run(scenario())
+
+
+def test_allow_empty_takes_an_empty_directory_as_no_services(tmp_path: Path) -> None:
+    d = tmp_path / "m"
+
+    async def scenario() -> None:
+        d.mkdir()
+        (d / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80))
+        store = Store()
+        source = fast([d], store, allow_empty=True)
+        async with background(source.run()):
+            await asyncio.wait_for(store.wait_synced(), 5)
+            (d / "web.yaml").unlink()
+            await eventually(lambda: names(store) == set(), what="the explicit empty input")
+            (d / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80))
+            await eventually(lambda: names(store) == {"web"}, what="the file back")
+            shutil.rmtree(d)  # vanished is not "explicitly empty": kept even with allow_empty
+            await eventually(lambda: d in source.gone, what="the directory gone")
+            await asyncio.sleep(0.2)
+            assert names(store) == {"web"}
+
+    run(scenario())
+
+
+def test_an_empty_directory_at_start_is_waited_for(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = Store()
+        async with background(fast([tmp_path], store).run()):
+            await asyncio.sleep(0.3)
+            assert not store.all_synced, "no first sync from an empty input: the node's rules stay"
+            (tmp_path / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80))
+            await asyncio.wait_for(store.wait_synced(), 5)
+            assert names(store) == {"web"}
+        allowed = Store()
+        async with background(fast([tmp_path / "sub"], allowed, allow_empty=True).run()):
+            await asyncio.wait_for(allowed.wait_synced(), 5)
+            assert names(allowed) == set()
+
+    (tmp_path / "sub").mkdir()
+    run(scenario())
+
+
+def test_a_deleted_single_file_is_kept_until_it_comes_back(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        path = tmp_path / "svc.yaml"
+        path.write_text(SVC.format(name="web", ip="10.96.0.10", port=80))
+        store = Store()
+        source = fast([path], store, allow_empty=True)
+        async with background(source.run()):
+            await asyncio.wait_for(store.wait_synced(), 5)
+            path.unlink()
+            await eventually(lambda: path in source.gone, what="the file gone")
+            assert names(store) == {"web"}
+            path.write_text(SVC.format(name="web", ip="10.96.0.10", port=83))
+            await eventually(lambda: ports(store) == {"web": 83}, what="the file back")
+
+    run(scenario())
