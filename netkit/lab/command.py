@@ -21,7 +21,7 @@ from netkit.lab.plan import DEFAULT_PORTS, Layout
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    lab = sub.add_parser("lab", help="network-namespace lab: up, down, status",
+    lab = sub.add_parser("lab", help="network-namespace lab: up, down, status, cluster",
                          description="A client, two nodes and pods in network namespaces (see docs/lab.md).")
     verbs = lab.add_subparsers(dest="lab_command", metavar="VERB")
     verbs.required = True
@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     status = verbs.add_parser("status", help="list labs and their namespaces")
     status.add_argument("-o", "--output", choices=("text", "json"), default="text")
     status.set_defaults(func=cmd_status)
+    from netkit.lab.cluster.command import register as register_cluster
+
+    register_cluster(verbs)
 
 
 def parse_ports(text: str) -> tuple[int, ...]:

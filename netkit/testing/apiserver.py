@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,15 @@ class TestApiServer:
         await site.start()
         if self.port == 0:
             self.port = int(self._runner.addresses[0][1])
+
+    async def serve_socket(self, sock: socket.socket) -> web.SockSite:
+        """Also answer on `sock`, a listening TCP socket made by the caller: one on loopback inside
+        another network namespace is how the lab's nodes reach the API (`netkit.lab.cluster`)."""
+        if self._runner is None:
+            raise RuntimeError("start() the server first")
+        site = web.SockSite(self._runner, sock)
+        await site.start()
+        return site
 
     async def stop(self) -> None:
         """Go down: open streams are cut and new connections refused until `start()`."""

@@ -335,6 +335,9 @@ class Store:
                 if not port.get("nodePort"):
                     port["nodePort"] = old_ports.get((port.get("port"), port.get("protocol", "TCP"))) \
                         or next(self._port_counter)
+        if spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local" \
+                and not spec.get("healthCheckNodePort"):
+            spec["healthCheckNodePort"] = old_spec.get("healthCheckNodePort") or next(self._port_counter)
 
 
 def _now() -> str:

@@ -1,0 +1,80 @@
+"""Creating and removing a cluster's namespaces (the IO half of `wiring`), with the lab's tools.
+
+Everything is made inside namespaces created here (`netkit.lab.build`: `ip netns add`, one
+`ip -n NS -batch -` per namespace and phase, in parallel). A pod's resolv.conf goes to
+/etc/netns/<netns>/resolv.conf, which `ip netns exec` bind-mounts over /etc/resolv.conf for whatever
+runs in the pod (`netkit lab cluster exec POD -- getent hosts web`). Removal deletes namespaces and
+those directories and tolerates anything already gone.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+from netkit.lab.build import create_namespaces, existing, list_lab_namespaces, remove, run_batches
+from netkit.lab.cluster import wiring
+from netkit.lab.cluster.plan import CLUSTER_DOMAIN, DNS_SERVICE_IP, NETNS_PREFIX, Cluster, Kind, Pod
+from netkit.lab.nsenter import write_sysctls
+
+ETC_NETNS = Path("/etc/netns")
+
+
+def build(cluster: Cluster) -> None:
+    """Every namespace of `cluster`, wired (nodes, the switch, the pods it has)."""
+    create_namespaces(cluster.namespaces)
+    for ns, values in wiring.sysctls(cluster).items():
+        write_sysctls(ns, values)
+    run_batches(wiring.link_batches(cluster), "links")
+    run_batches(wiring.address_batches(cluster), "addresses")
+    run_batches(wiring.route_batches(cluster), "routes")
+    write_resolv_confs(cluster.pods)
+
+
+def add_pods(cluster: Cluster, pods: Iterable[Pod]) -> None:
+    """Namespaces for `pods` (already in `cluster`), plugged into their nodes' bridges."""
+    pods = tuple(pods)
+    if not pods:
+        return
+    create_namespaces(p.netns for p in pods)
+    for ns, values in wiring.sysctls(cluster, pods).items():
+        write_sysctls(ns, values)
+    node_side: wiring.Batches = {}
+    for pod in pods:
+        node_side.setdefault(cluster.node(pod.node).netns, []).extend(wiring.pod_node_side(pod))
+    run_batches(node_side, "pod links")
+    run_batches({p.netns: ["link set lo up", *wiring.pod_addresses(p)] for p in pods}, "pod addresses")
+    run_batches({p.netns: wiring.pod_routes(cluster, p) for p in pods}, "pod routes")
+    write_resolv_confs(pods)
+
+
+def write_resolv_confs(pods: Iterable[Pod]) -> None:
+    for pod in pods:
+        if pod.kind == Kind.DNS:
+            continue  # dnsPolicy: Default, as CoreDNS's own pods
+        d = ETC_NETNS / pod.netns
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "resolv.conf").write_text(wiring.resolv_conf(pod, str(DNS_SERVICE_IP), CLUSTER_DOMAIN))
+
+
+def remove_namespaces(names: Iterable[str]) -> None:
+    names = list(names)
+    try:
+        remove(names)
+    finally:
+        for name in names:
+            shutil.rmtree(ETC_NETNS / name, ignore_errors=True)
+
+
+def leftovers(cluster_id: str = "") -> list[str]:
+    """Namespaces (and /etc/netns directories) of a cluster, or of every cluster."""
+    ours = re.compile(f"^{NETNS_PREFIX}{re.escape(cluster_id) if cluster_id else '[0-9a-f]{6}'}-")
+    names = set(list_lab_namespaces(NETNS_PREFIX))
+    if ETC_NETNS.is_dir():
+        names |= {p.name for p in ETC_NETNS.iterdir()}
+    return sorted(n for n in names if ours.match(n))
+
+
+__all__ = ["add_pods", "build", "existing", "leftovers", "remove_namespaces", "write_resolv_confs"]

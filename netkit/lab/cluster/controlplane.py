@@ -1,0 +1,424 @@
+"""The cluster's control plane: one process that outlives `netkit lab cluster up`.
+
+`python -m netkit.lab.cluster.controlplane DIR` (started by `up`, in its own session) runs one event
+loop with:
+
+- the test API server (`netkit.testing`) on 127.0.0.1:<port> of this machine (for kubectl, whose
+  kubeconfig it writes) and on 127.0.0.1:6443 inside every node and DNS pod namespace (a listening
+  socket made there: no forwarder, nothing routed into the machine);
+- the lab's Node objects, its Pods and the kube-dns Service;
+- the kubelet part: a Pod with the lab's netns annotation is served (`echo`: the answering servers;
+  `dns`: `netkit dns` in the pod's namespace) and marked Ready once it answers; a deleted Pod stops;
+- the EndpointSlice controller (`controller`), run after every Service or Pod change;
+- on every node `netkit run` as `deploy/` runs it (`deploy`), restarted when it exits, like a
+  DaemonSet's pod;
+- until `netkit dns` reads the API itself, a mirror of Services and EndpointSlices into a file it
+  follows.
+
+It prints `ready` on stdout once every daemon has synced and every DNS pod answers (or
+`error: <why>` and exits 1), writes `status.json` (process ids, restarts) as things change, and on
+SIGTERM stops every process it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from aiohttp import web
+
+from netkit.lab.cluster import controller, deploy, nodehttp, objects, state
+from netkit.lab.cluster.echo import EchoPod
+from netkit.lab.cluster.plan import API_PORT, OUTSIDE_IP, POD_CIDR, PORTS, Cluster, Kind
+from netkit.netns import in_netns, socket_in
+from netkit.testing.apiserver import TestApiServer
+from netkit.testing.apistore import Change, resource_for_kind
+
+JSON = dict[str, Any]
+READY = "ready"
+PODS, SERVICES, SLICES = (resource_for_kind(k) for k in ("Pod", "Service", "EndpointSlice"))
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def netkit_argv() -> list[str]:
+    return [sys.executable, "-m", "netkit"]
+
+
+def dns_argv(cluster_dir: Path) -> list[str]:
+    return [*netkit_argv(), "dns", "-f", str(cluster_dir / "dns" / "objects"), "--listen", "0.0.0.0:53",
+            "--upstream", f"{OUTSIDE_IP}:53", "--upstream-timeout", "0.5"]
+
+
+def api_listener(netns: str) -> socket.socket:
+    def make() -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", API_PORT))
+        sock.listen(128)
+        sock.setblocking(False)
+        return sock
+
+    return in_netns(netns, make)
+
+
+class Supervised:
+    """A process inside a namespace, restarted when it exits (backing off to 5 s), like a pod's
+    container under kubelet."""
+
+    def __init__(self, name: str, netns: str, argv: Sequence[str], log: Path,
+                 on_change: Callable[[], None]) -> None:
+        self.name, self.netns, self.argv, self.log = name, netns, list(argv), log
+        self.proc: asyncio.subprocess.Process | None = None
+        self.restarts = 0
+        self.last_exit: int | None = None
+        self.stopping = False
+        self.on_change = on_change
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.ensure_future(self.run())
+
+    async def run(self) -> None:
+        backoff = 0.2
+        while not self.stopping:
+            with open(self.log, "ab") as log:
+                self.proc = await asyncio.create_subprocess_exec(
+                    "ip", "netns", "exec", self.netns, *self.argv, stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log, stderr=log)
+            self.on_change()
+            started = time.monotonic()
+            self.last_exit = await self.proc.wait()
+            if self.stopping:
+                break
+            self.restarts += 1
+            self.on_change()
+            backoff = 0.2 if time.monotonic() - started > 10 else min(backoff * 2, 5.0)
+            await asyncio.sleep(backoff)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None and self.proc.returncode is None else 0
+
+    async def stop(self, grace: float = 3.0) -> None:
+        self.stopping = True
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), grace)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        if self.task is not None:
+            self.task.cancel()
+
+
+class ControlPlane:
+    def __init__(self, record: state.Record, deploy_dir: Path) -> None:
+        self.record = record
+        self.cluster: Cluster = record.cluster
+        self.dir = record.dir
+        self.deploy_dir = deploy_dir
+        self.srv = TestApiServer(port=0)
+        self.store = self.srv.store
+        self.echo: dict[str, EchoPod] = {}
+        self.dns: dict[str, Supervised] = {}
+        self.api_sites: dict[str, web.SockSite] = {}
+        self.daemons: dict[str, Supervised] = {}
+        self.pending: set[str] = set()  # what to do on the next turn of the loop
+        self.trigger = ""
+        self.stopped = asyncio.Event()
+        self.logs = state.log_dir(self.cluster.cluster_id)
+
+    # --- start -------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.srv.start()
+        for netns in self.api_namespaces():
+            await self.srv.serve_socket(api_listener(netns))
+        self.write_kubeconfigs()
+        self.record = state.Record(self.cluster, self.srv.port, os.getpid())
+        state.save(self.record)
+        self.seed()
+        self.store.listeners.append(self.on_change)
+        self.reconcile()
+        self.mirror()
+        for pod in self.store.select(PODS, ""):
+            await self.pod_changed("ADDED", pod)
+        for node in self.cluster.nodes:
+            self.start_daemon(node.name, node.netns)
+
+    def api_namespaces(self) -> list[str]:
+        """Where 127.0.0.1:6443 is the API: every node (DNS pods get theirs when they start)."""
+        return [n.netns for n in self.cluster.nodes]
+
+    def write_kubeconfigs(self) -> None:
+        cid = self.cluster.cluster_id
+        write_json(state.kubeconfig_path(cid), objects.kubeconfig(self.srv.url))
+        for node in self.cluster.nodes:
+            d = state.node_dir(cid, node.name)
+            d.mkdir(parents=True, exist_ok=True)
+            write_json(d / deploy.KUBECONFIG_FILE, objects.kubeconfig(f"http://127.0.0.1:{API_PORT}"))
+        dns = self.dir / "dns"
+        (dns / "objects").mkdir(parents=True, exist_ok=True)
+        write_json(dns / deploy.KUBECONFIG_FILE, objects.kubeconfig(f"http://127.0.0.1:{API_PORT}"))
+
+    def seed(self) -> None:
+        for node in self.cluster.nodes:
+            self.store.create(objects.node_object(node, node.name in self.cluster.cordoned))
+        self.store.create(objects.dns_service())
+        for pod in self.cluster.pods:
+            self.store.create(objects.pod_object(self.cluster, pod))
+
+    def start_daemon(self, node: str, netns: str) -> None:
+        nd = state.node_dir(self.cluster.cluster_id, node)
+        daemon = deploy.node_daemon(self.deploy_dir, node, nd, mode=self.cluster.mode,
+                                    cluster_cidr=str(POD_CIDR))
+        for fname, text in daemon.files:
+            (nd / fname).write_text(text)
+        argv = [*netkit_argv(), *daemon.argv[1:]] if daemon.argv[0] == "netkit" else list(daemon.argv)
+        sup = Supervised(node, netns, argv, self.logs / f"netkit-run-{node}.log", self.write_status)
+        self.daemons[node] = sup
+        sup.start()
+
+    # --- changes -----------------------------------------------------------------------------------
+
+    def on_change(self, change: Change) -> None:
+        """A store listener: runs inside the store's write; the work is done on the next loop turn."""
+        kind = change.resource.kind
+        if kind in ("Service", "Pod"):
+            self.trigger = self.trigger or now_rfc3339()
+            self.later("reconcile")
+        if kind in ("Service", "EndpointSlice"):
+            self.later("mirror")
+        if kind == "Pod":
+            asyncio.ensure_future(self.pod_changed(change.type, change.obj))
+
+    def later(self, what: str) -> None:
+        if not self.pending:
+            asyncio.get_running_loop().call_soon(self.run_pending)
+        self.pending.add(what)
+
+    def run_pending(self) -> None:
+        pending, self.pending = self.pending, set()
+        if "reconcile" in pending:
+            self.reconcile()
+        if "mirror" in pending:
+            self.mirror()
+
+    def reconcile(self) -> None:
+        trigger, self.trigger = self.trigger or now_rfc3339(), ""
+        wanted = controller.desired(self.store.select(SERVICES, ""), self.store.select(PODS, ""))
+        create, update, delete = controller.changes(self.store.select(SLICES, ""), wanted, trigger)
+        for obj in create:
+            self.store.create(obj)
+        for obj in update:
+            self.store.update(obj)
+        for ns, name in delete:
+            self.store.delete(SLICES, ns, name)
+
+    def mirror(self) -> None:
+        """Services and EndpointSlices as one List file, replaced atomically, for `netkit dns -f`."""
+        items = [{"kind": r.kind, **o} for r in (SERVICES, SLICES) for o in self.store.select(r, "")]
+        target = self.dir / "dns" / "objects" / "cluster.json"
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        tmp.replace(target)
+
+    # --- the kubelet part --------------------------------------------------------------------------
+
+    async def pod_changed(self, kind: str, pod: JSON) -> None:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        netns = annotations.get(objects.NETNS_ANNOTATION)
+        name = pod["metadata"]["name"]
+        if not netns:
+            return
+        if kind == "DELETED":
+            await self.stop_pod(name)
+        elif name not in self.echo and name not in self.dns:
+            await self.start_pod(name, netns, annotations.get(objects.KIND_ANNOTATION, Kind.ECHO), pod)
+
+    async def start_pod(self, name: str, netns: str, kind: str, pod: JSON) -> None:
+        if kind == Kind.DNS:
+            try:
+                self.api_sites[name] = await self.srv.serve_socket(api_listener(netns))
+            except OSError as exc:
+                print(f"pod {name}: API socket: {exc}", file=sys.stderr, flush=True)
+            sup = Supervised(name, netns, dns_argv(self.dir), self.logs / f"dns-{name}.log", self.write_status)
+            self.dns[name] = sup
+            sup.start()
+            asyncio.ensure_future(self.mark_ready_when(name, pod, lambda: answers_tcp(netns, 53)))
+            return
+        echo = EchoPod(name, netns, PORTS)
+        self.echo[name] = echo
+        try:
+            await echo.start()
+        except OSError as exc:
+            print(f"pod {name}: {exc}", file=sys.stderr, flush=True)
+            return
+        self.set_ready(pod, True)
+        self.write_status()
+
+    async def mark_ready_when(self, name: str, pod: JSON, check: Callable[[], bool]) -> None:
+        while name in self.dns:
+            if await asyncio.to_thread(check):
+                self.set_ready(pod, True)
+                return
+            await asyncio.sleep(0.05)
+
+    def set_ready(self, pod: JSON, ready: bool) -> None:
+        ns, name = controller.key(pod)
+        try:
+            current = self.store.get(PODS, ns, name)
+        except Exception:  # noqa: BLE001 - deleted meanwhile
+            return
+        current["status"]["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+        current["metadata"].pop("resourceVersion", None)
+        self.store.update(current)
+
+    async def stop_pod(self, name: str) -> None:
+        echo = self.echo.pop(name, None)
+        if echo is not None:
+            echo.close()
+        sup = self.dns.pop(name, None)
+        if sup is not None:
+            await sup.stop()
+        site = self.api_sites.pop(name, None)
+        if site is not None:
+            await site.stop()
+        self.write_status()
+
+    # --- readiness, status, stop -------------------------------------------------------------------
+
+    def dns_ready(self) -> bool:
+        pods = {controller.key(p)[1]: p for p in self.store.select(PODS, "")}
+        return all(controller.pod_ready(pods[name]) for name in self.dns if name in pods)
+
+    async def wait_ready(self, timeout: float) -> str:
+        """"" once every daemon synced and every DNS pod is ready; else why not."""
+        deadline = time.monotonic() + timeout
+        nodes = {n.name: n.netns for n in self.cluster.nodes}
+        synced: set[str] = set()
+        while time.monotonic() < deadline:
+            for node, netns in nodes.items():
+                if node not in synced and (await asyncio.to_thread(nodehttp.last_sync, netns) or 0) > 0:
+                    synced.add(node)
+            failed = [d for d in self.daemons.values() if d.restarts]
+            if failed:
+                return f"netkit run on {failed[0].name} exited ({failed[0].last_exit}): {last_line(failed[0].log)}"
+            for node in sorted(set(nodes) - synced):
+                error = sync_error(self.daemons[node].log)
+                if error:
+                    return f"netkit run on {node}: {error}"
+            if len(synced) == len(nodes) and self.dns_ready():
+                return ""
+            await asyncio.sleep(0.05)
+        missing = sorted(set(nodes) - synced)
+        return (f"timed out after {timeout:.0f} s: no first sync from netkit run on {', '.join(missing)}"
+                if missing else f"timed out after {timeout:.0f} s: the DNS pods do not answer")
+
+    def write_status(self) -> None:
+        doc = {"control_pid": os.getpid(), "api_port": self.srv.port,
+               "daemons": {n: {"pid": d.pid, "restarts": d.restarts} for n, d in self.daemons.items()},
+               "dns": {n: {"pid": d.pid, "restarts": d.restarts} for n, d in self.dns.items()},
+               "echo": sorted(self.echo)}
+        write_json(self.dir / "status.json", doc)
+
+    async def stop(self) -> None:
+        for echo in self.echo.values():
+            echo.close()
+        await asyncio.gather(*(s.stop() for s in [*self.daemons.values(), *self.dns.values()]))
+        await self.srv.stop()
+
+
+def write_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(path)
+
+
+def answers_tcp(netns: str, port: int) -> bool:
+    try:
+        with socket_in(netns, socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.settimeout(0.5)
+            sock.connect(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+
+
+def sync_error(log: Path) -> str:
+    """The message of a failed sync in a daemon's (JSON lines) log, or ""."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        if '"sync failed' in line:
+            try:
+                return str(json.loads(line).get("msg", line))
+            except ValueError:
+                return line[:300]
+    return ""
+
+
+def last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "(no log)"
+    return lines[-1][:300] if lines else "(empty log)"
+
+
+async def serve(cluster_id: str, deploy_dir: Path, ready_out: IO[str], timeout: float) -> int:
+    record = state.load(cluster_id)
+    if record is None:
+        print(f"error: no cluster {cluster_id}", file=ready_out, flush=True)
+        return 1
+    cp = ControlPlane(record, deploy_dir)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, cp.stopped.set)
+    problem = "the control plane failed to start"
+    try:
+        await cp.start()
+        cp.write_status()
+        problem = await cp.wait_ready(timeout)
+        print(f"error: {problem}" if problem else READY, file=ready_out, flush=True)
+        ready_out.close()
+        if not problem:
+            await cp.stopped.wait()
+    finally:
+        await cp.stop()
+    return 1 if problem else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m netkit.lab.cluster.controlplane")
+    p.add_argument("cluster_dir", type=Path)
+    p.add_argument("--deploy", type=Path, default=deploy.default_dir())
+    p.add_argument("--timeout", type=float, default=30.0)
+    args = p.parse_args(argv)
+    out = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # only the ready line goes to whoever started us
+    return asyncio.run(serve(args.cluster_dir.name, args.deploy, out, args.timeout))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

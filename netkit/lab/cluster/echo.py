@@ -1,0 +1,72 @@
+"""The lab's answering servers for one pod, inside the control plane's event loop.
+
+The same protocol and sockets as the lab's pod servers (`netkit.lab.servers`: `bind`, `answer`):
+every TCP connection gets `<pod> <source-it-saw>` on accept and again for every chunk received, every
+UDP datagram gets it back. Serving pods in the control plane's loop (rather than one process per
+pod) lets `scale` and `drain` start and stop single pods at once: `close()` closes the listeners and
+every open connection, so the namespace can be deleted right after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Sequence
+from functools import partial
+
+from netkit.lab.servers import answer, bind
+from netkit.netns import in_netns
+
+
+class UdpEcho(asyncio.DatagramProtocol):
+    def __init__(self, pod: str) -> None:
+        self.pod = pod
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.DatagramTransport)
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        if self.transport is not None:
+            self.transport.sendto(answer(self.pod, addr), addr)
+
+
+class EchoPod:
+    def __init__(self, pod: str, netns: str, ports: Sequence[int]) -> None:
+        self.pod, self.netns, self.ports = pod, netns, tuple(ports)
+        self.servers: list[asyncio.Server] = []
+        self.transports: list[asyncio.BaseTransport] = []
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for port in self.ports:
+            tcp = in_netns(self.netns, partial(bind, socket.AF_INET, socket.SOCK_STREAM, port))
+            self.servers.append(await asyncio.start_server(self.handle, sock=tcp))
+            udp = in_netns(self.netns, partial(bind, socket.AF_INET, socket.SOCK_DGRAM, port))
+            transport, _ = await loop.create_datagram_endpoint(lambda: UdpEcho(self.pod), sock=udp)
+            self.transports.append(transport)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.add(writer)
+        peer = writer.get_extra_info("peername")
+        try:
+            writer.write(answer(self.pod, peer))
+            while await reader.read(65536):
+                writer.write(answer(self.pod, peer))
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.writers.discard(writer)
+            writer.close()
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.close()
+        for transport in self.transports:
+            transport.close()
+        for writer in list(self.writers):
+            writer.transport.abort()
+        self.servers, self.transports = [], []

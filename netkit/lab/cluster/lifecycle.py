@@ -1,0 +1,291 @@
+"""Up, down, and the changes in between (scale, drain): the IO that ties plan, build, state and the
+control plane together.
+
+`up` records the cluster before it builds anything, builds the namespaces, starts the control plane
+in its own session (so it outlives the command) and waits for its `ready` line; any failure, Ctrl-C
+or SIGTERM on the way tears down everything that exists before the error is shown. `down` stops the
+control plane (which stops what it started), then every process still naming the cluster's
+directory on its command line (left by a crash), deletes the namespaces and forgets the record.
+
+Removing pods is graceful, as in Kubernetes: the Pod gets a deletionTimestamp, the controller marks
+its endpoints terminating (not ready, still serving), and only once every node's daemon has synced
+after that is the Pod deleted, its servers closed and its namespace removed — so connections never go
+to a pod that is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from netkit.lab.cluster import build, nodehttp, objects, plan, state
+from netkit.lab.cluster.api import Api
+from netkit.lab.cluster.controlplane import READY
+from netkit.lab.cluster.plan import Cluster, Pod
+from netkit.lab.errors import LabError
+from netkit.lab.lab import sigterm_raises
+from netkit.lab.servers import read_line
+
+MODE_TOOLS = {"iptables": ("iptables-restore", "iptables-save"), "nftables": ("nft",), "ipvs": ("ipvsadm",)}
+
+
+def need_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("netkit lab cluster needs root (it creates network namespaces)")
+
+
+def need_tools(mode: str) -> None:
+    missing = [t for t in ("ip", *MODE_TOOLS.get(mode, ())) if shutil.which(t) is None]
+    if missing:
+        raise LabError(f"--mode {mode} needs {', '.join(missing)} (not installed)")
+
+
+def new_id() -> str:
+    for _ in range(10):
+        cid = secrets.token_hex(3)
+        if not state.cluster_dir(cid).exists() and not build.leftovers(cid):
+            return cid
+    raise LabError("could not find an unused cluster id")
+
+
+# --- up / down -------------------------------------------------------------------------------------
+
+def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 30.0) -> state.Record:
+    need_root()
+    need_tools(mode)
+    try:
+        cluster = plan.initial(new_id(), nodes, pods_per_node, mode)
+    except ValueError as exc:
+        raise LabError(str(exc)) from exc
+    cid = cluster.cluster_id
+    with sigterm_raises():
+        state.save(state.Record(cluster))
+        try:
+            build.build(cluster)
+            start_control_plane(cid, timeout)
+        except BaseException:
+            down(cid)
+            raise
+    record = state.load(cid)
+    assert record is not None
+    return record
+
+
+def start_control_plane(cid: str, timeout: float) -> None:
+    logs = state.log_dir(cid)
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / "control-plane.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "netkit.lab.cluster.controlplane", str(state.cluster_dir(cid)),
+             "--timeout", str(timeout)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+            env={**os.environ, "PYTHONPATH": package_path()})
+    assert proc.stdout is not None
+    line = read_line(proc.stdout, timeout + 10).strip()
+    proc.stdout.close()
+    if line != READY:
+        raise LabError(line.removeprefix("error: ") if line else
+                       f"the control plane did not start (see {logs / 'control-plane.log'})")
+
+
+def package_path() -> str:
+    root = str(Path(__file__).resolve().parents[3])
+    return os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+
+
+def down(cid: str) -> None:
+    """Remove everything of cluster `cid`; tolerant of anything already gone (or never made)."""
+    record = state.load(cid)
+    if record is not None and record.control_pid:
+        stop_pids([record.control_pid], str(state.cluster_dir(cid)), grace=6.0)
+    stop_pids(processes(str(state.cluster_dir(cid))), str(state.cluster_dir(cid)))
+    names = set(build.leftovers(cid)) | set(record.cluster.namespaces if record else ())
+    build.remove_namespaces(sorted(names))
+    state.forget(cid)
+
+
+def down_all() -> list[str]:
+    """Every recorded cluster, and whatever a crash left: processes, namespaces, directories."""
+    ids = set(state.known_ids()) | {n[len(plan.NETNS_PREFIX):].split("-", 1)[0] for n in build.leftovers()}
+    for cid in sorted(ids):
+        down(cid)
+    stop_pids(processes(str(state.CLUSTERS_DIR) + "/"), str(state.CLUSTERS_DIR))
+    return sorted(ids)
+
+
+def processes(marker: str) -> list[int]:
+    """Processes whose command line names `marker` (a cluster's directory), except this one."""
+    found = []
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                if needle in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def alive(pid: int, marker: str) -> bool:
+    try:
+        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def stop_pids(pids: Iterable[int], marker: str, grace: float = 3.0) -> None:
+    """SIGTERM, then SIGKILL after `grace`: only processes still naming `marker` (never a recycled pid)."""
+    pids = [p for p in pids if alive(p, marker)]
+    for pid in pids:
+        signal_pid(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        for pid in pids:
+            reap(pid)
+        pids = [p for p in pids if alive(p, marker)]
+        time.sleep(0.02)
+    for pid in pids:
+        signal_pid(pid, signal.SIGKILL)
+        reap(pid)
+
+
+def signal_pid(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+# --- changes -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    added: tuple[Pod, ...]
+    removed: tuple[Pod, ...]
+
+
+def record_of(cid: str) -> state.Record:
+    record = state.load(cid)
+    if record is None:
+        raise LabError(f"no cluster {cid} (see netkit lab cluster status)")
+    if not record.api_port:
+        raise LabError(f"cluster {cid} is not up (its control plane never started)")
+    return record
+
+
+def scale(cid: str, deploy: str, replicas: int, *, create: bool = False, grace_timeout: float = 10.0) -> Changed:
+    """Set `deploy`'s pods to `replicas` (`create`: a new deployment, its pods labelled app=DEPLOY)."""
+    with state.locked(cid):
+        record = record_of(cid)
+        known = (*record.cluster.deploys, *(() if plan.APP_DEPLOY in record.cluster.deploys else (plan.APP_DEPLOY,)))
+        if deploy not in known and not (create and plan.valid_deploy_name(deploy)):
+            hint = "" if create else "; --create makes a new one"
+            raise LabError(f"no deployment {deploy!r} in cluster {cid} (deployments: {', '.join(known)}{hint})")
+        try:
+            cluster, added, doomed = plan.scale(record.cluster, deploy, replicas)
+        except ValueError as exc:
+            raise LabError(str(exc)) from exc
+        record = add(record, cluster, added)
+        record = remove(record, doomed, grace_timeout)
+        return Changed(added, doomed)
+
+
+def drain(cid: str, node: str, *, grace_timeout: float = 10.0) -> Changed:
+    with state.locked(cid):
+        record = record_of(cid)
+        try:
+            target = record.cluster.node(node)
+        except KeyError:
+            names = ", ".join(n.name for n in record.cluster.nodes)
+            raise LabError(f"no node {node!r} in cluster {cid} (nodes: {names})") from None
+        try:
+            cluster, added, evicted = plan.drain(record.cluster, node)
+        except ValueError as exc:
+            raise LabError(str(exc)) from exc
+        api = Api(record.api_port)
+        api.replace("nodes", "", objects.node_object(target, cordoned=True))
+        record = add(record, cluster, added)
+        record = remove(record, evicted, grace_timeout)
+        return Changed(added, evicted)
+
+
+def add(record: state.Record, cluster: Cluster, pods: tuple[Pod, ...]) -> state.Record:
+    """Build `pods`' namespaces, create their Pod objects, wait until the control plane serves them."""
+    record = record.with_cluster(cluster)
+    state.save(record)  # before building: `down` must know every namespace
+    build.add_pods(cluster, pods)
+    api = Api(record.api_port)
+    for pod in pods:
+        api.create("pods", pod.namespace, objects.pod_object(cluster, pod))
+    wait_for(lambda: all(pod_ready(api, p) for p in pods), 10.0, "new pods to become ready")
+    return record
+
+
+def pod_ready(api: Api, pod: Pod) -> bool:
+    conditions = (api.get("pods", pod.namespace, pod.name).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def remove(record: state.Record, pods: tuple[Pod, ...], grace_timeout: float) -> state.Record:
+    if not pods:
+        return record
+    api = Api(record.api_port)
+    marked = time.time()
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(marked))
+    for pod in pods:
+        api.replace("pods", pod.namespace, objects.pod_object(record.cluster, pod, ready=True, terminating=stamp))
+    wait_synced(record.cluster, marked + 0.3, grace_timeout)
+    for pod in pods:
+        api.delete("pods", pod.namespace, pod.name)
+    status = state.cluster_dir(record.cluster_id) / "status.json"
+    wait_for(lambda: not any(p.name in read_echo(status) for p in pods), 5.0, "pods to stop")
+    build.remove_namespaces(p.netns for p in pods)
+    record = record.with_cluster(plan.without(record.cluster, pods))
+    state.save(record)
+    return record
+
+
+def read_echo(status: Path) -> list[str]:
+    import json
+
+    try:
+        echo = json.loads(status.read_text()).get("echo") or []
+    except (OSError, ValueError):
+        return []
+    return [str(e) for e in echo]
+
+
+def wait_synced(cluster: Cluster, after: float, timeout: float) -> None:
+    """Until every node's daemon has finished a sync that began after `after` (or `timeout`): then no
+    node sends new connections to an endpoint marked terminating before."""
+    deadline = time.monotonic() + timeout
+    waiting = list(cluster.nodes)
+    while waiting and time.monotonic() < deadline:
+        waiting = [n for n in waiting if (nodehttp.last_sync(n.netns) or 0) < after]
+        if waiting:
+            time.sleep(0.05)
+
+
+def wait_for(check: object, timeout: float, what: str) -> None:
+    assert callable(check)
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.02)

@@ -1,0 +1,269 @@
+"""The cluster's address plan: nodes, pods, namespaces and addresses, as frozen values. Pure.
+
+```
+  nkc<id>-net  (the node network's switch, and "outside": 192.0.2.1 on br0)
+    br0 ── n1 ─ eth0 node-1 192.0.2.11   cbr0 10.244.1.1/24 ── web-1 10.244.1.10, coredns-1 ...
+        ── n2 ─ eth0 node-2 192.0.2.12   cbr0 10.244.2.1/24 ── web-2 10.244.2.10 ...
+        ── nN ─ eth0 node-N 192.0.2.(10+N)
+```
+
+Every node routes each other node's pod CIDR via that node's IP (host-gw, as a simple CNI does) and
+has a default route via 192.0.2.1, which forwards nothing (a ClusterIP without rules goes nowhere,
+as on a real node). The bridge lives in the cluster's own `net` namespace, never in the machine's.
+IPv4 only. A pod's `slot` is the last octet of its IP; the node side of its veth is `veth<slot>`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from ipaddress import IPv4Address, IPv4Network
+
+from netkit.lab.plan import DEFAULT_PORTS
+
+NETNS_PREFIX = "nkc"
+NODE_NET = IPv4Network("192.0.2.0/24")
+OUTSIDE_IP = IPv4Address("192.0.2.1")
+POD_CIDR = IPv4Network("10.244.0.0/16")
+SERVICE_CIDR = IPv4Network("10.96.0.0/16")
+DNS_SERVICE_IP = IPv4Address("10.96.0.10")
+CLUSTER_DOMAIN = "cluster.local"
+API_PORT = 6443  # inside every node and DNS pod: 127.0.0.1:6443 is the API server
+MAX_NODES = 200
+FIRST_SLOT, LAST_SLOT = 10, 254
+DNS_SLOTS = (2, 9)
+APP_DEPLOY, DNS_DEPLOY = "web", "coredns"
+DNS_NAMESPACE = "kube-system"
+PORTS: tuple[int, ...] = DEFAULT_PORTS
+
+
+class Kind:
+    """What runs in a pod: the lab's answering servers, or the cluster DNS."""
+
+    ECHO = "echo"
+    DNS = "dns"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    index: int
+    netns: str
+
+    @property
+    def ip(self) -> IPv4Address:
+        return NODE_NET.network_address + 10 + self.index
+
+    @property
+    def pod_cidr(self) -> IPv4Network:
+        return IPv4Network(f"10.244.{self.index}.0/24")
+
+    @property
+    def bridge_ip(self) -> IPv4Address:
+        return self.pod_cidr.network_address + 1
+
+    @property
+    def uplink(self) -> str:
+        """The `net` namespace's end of this node's eth0."""
+        return f"n{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    name: str
+    namespace: str
+    deploy: str
+    node: str
+    node_index: int
+    slot: int
+    netns: str
+    kind: str = Kind.ECHO
+
+    @property
+    def ip(self) -> IPv4Address:
+        return IPv4Address(f"10.244.{self.node_index}.{self.slot}")
+
+    @property
+    def veth(self) -> str:
+        return f"veth{self.slot}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        if self.kind == Kind.DNS:
+            return {"k8s-app": "kube-dns"}
+        return {"app": self.deploy}
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """One cluster: everything that follows from its id, plus the pods it has now."""
+
+    cluster_id: str
+    mode: str
+    nodes: tuple[Node, ...]
+    pods: tuple[Pod, ...] = ()
+    serials: tuple[tuple[str, int], ...] = ()  # (deploy, last serial used)
+    cordoned: tuple[str, ...] = field(default=())
+
+    @property
+    def net_netns(self) -> str:
+        return netns_name(self.cluster_id, "net")
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return (self.net_netns, *(n.netns for n in self.nodes), *(p.netns for p in self.pods))
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def pod(self, name: str) -> Pod:
+        for p in self.pods:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def pods_of(self, deploy: str) -> tuple[Pod, ...]:
+        return tuple(p for p in self.pods if p.deploy == deploy)
+
+    def pods_on(self, node: str) -> tuple[Pod, ...]:
+        return tuple(p for p in self.pods if p.node == node)
+
+    def serial(self, deploy: str) -> int:
+        return dict(self.serials).get(deploy, 0)
+
+    @property
+    def deploys(self) -> tuple[str, ...]:
+        return tuple(sorted({p.deploy for p in self.pods}))
+
+
+def valid_deploy_name(name: str) -> bool:
+    """A DNS label short enough that `<name>-<serial>` is one too, and not the DNS deployment."""
+    return bool(re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", name)) and name != DNS_DEPLOY
+
+
+def netns_name(cluster_id: str, role: str) -> str:
+    return f"{NETNS_PREFIX}{cluster_id}-{role}"
+
+
+def make_nodes(cluster_id: str, count: int) -> tuple[Node, ...]:
+    if not 1 <= count <= MAX_NODES:
+        raise ValueError(f"--nodes must be 1-{MAX_NODES}, not {count}")
+    return tuple(Node(f"node-{i}", i, netns_name(cluster_id, f"node-{i}")) for i in range(1, count + 1))
+
+
+def initial(cluster_id: str, nodes: int, pods_per_node: int, mode: str) -> Cluster:
+    """A new cluster: `pods_per_node` web pods on every node and two DNS pods (one with one node)."""
+    if pods_per_node < 0:
+        raise ValueError(f"--pods-per-node must be 0 or more, not {pods_per_node}")
+    cluster = Cluster(cluster_id, mode, make_nodes(cluster_id, nodes))
+    cluster = scale(cluster, DNS_DEPLOY, min(2, nodes))[0]
+    return scale(cluster, APP_DEPLOY, pods_per_node * nodes)[0]
+
+
+def schedulable(cluster: Cluster) -> tuple[Node, ...]:
+    return tuple(n for n in cluster.nodes if n.name not in cluster.cordoned)
+
+
+def free_slot(cluster: Cluster, node: Node, kind: str = Kind.ECHO) -> int:
+    """DNS pods take .2-.9 of the node's pod CIDR, the others .10 up."""
+    used = {p.slot for p in cluster.pods_on(node.name)}
+    first, last = (DNS_SLOTS[0], FIRST_SLOT - 1) if kind == Kind.DNS else (FIRST_SLOT, LAST_SLOT)
+    for slot in range(first, last + 1):
+        if slot not in used:
+            return slot
+    raise ValueError(f"{node.name} has no room for another pod")
+
+
+def place(cluster: Cluster, deploy: str) -> Node:
+    """The schedulable node with the fewest pods of `deploy` (then the first), so a deployment's
+    pods go round the nodes in order: web-1 on node-1, web-2 on node-2, ..."""
+    candidates = schedulable(cluster)
+    if not candidates:
+        raise ValueError("every node is drained: nowhere to put a pod")
+    return min(candidates, key=lambda n: (sum(1 for p in cluster.pods_of(deploy) if p.node == n.name), n.index))
+
+
+def new_pod(cluster: Cluster, deploy: str) -> tuple[Cluster, Pod]:
+    node = place(cluster, deploy)
+    serial = cluster.serial(deploy) + 1
+    name = f"{deploy}-{serial}"
+    kind = Kind.DNS if deploy == DNS_DEPLOY else Kind.ECHO
+    namespace = DNS_NAMESPACE if kind == Kind.DNS else "default"
+    pod = Pod(name, namespace, deploy, node.name, node.index, free_slot(cluster, node, kind),
+              netns_name(cluster.cluster_id, name), kind)
+    serials = tuple(sorted({**dict(cluster.serials), deploy: serial}.items()))
+    return replace(cluster, pods=(*cluster.pods, pod), serials=serials), pod
+
+
+def scale(cluster: Cluster, deploy: str, replicas: int) -> tuple[Cluster, tuple[Pod, ...], tuple[Pod, ...]]:
+    """(cluster with `replicas` pods of `deploy`, pods added, pods to remove). Removes the newest
+    pods from the most loaded nodes first, as a ReplicaSet spreads its deletions."""
+    if replicas < 0:
+        raise ValueError(f"replicas must be 0 or more, not {replicas}")
+    added: list[Pod] = []
+    while len(cluster.pods_of(deploy)) < replicas:
+        cluster, pod = new_pod(cluster, deploy)
+        added.append(pod)
+    current = list(cluster.pods_of(deploy))
+    doomed: list[Pod] = []
+    while len(current) > replicas:
+        load = {n.name: sum(1 for p in current if p.node == n.name) for n in cluster.nodes}
+        victim = max(current, key=lambda p: (p.node in cluster.cordoned, load[p.node], p.slot))
+        current.remove(victim)
+        doomed.append(victim)
+    return cluster, tuple(added), tuple(doomed)
+
+
+def without(cluster: Cluster, pods: Iterable[Pod]) -> Cluster:
+    gone = {p.name for p in pods}
+    return replace(cluster, pods=tuple(p for p in cluster.pods if p.name not in gone))
+
+
+def cordon(cluster: Cluster, node: str) -> Cluster:
+    return replace(cluster, cordoned=tuple(sorted({*cluster.cordoned, node})))
+
+
+def drain(cluster: Cluster, node: str) -> tuple[Cluster, tuple[Pod, ...], tuple[Pod, ...]]:
+    """Cordon `node` and move its pods: (cluster, replacements to add, pods to remove)."""
+    cluster = cordon(cluster, node)
+    evicted = cluster.pods_on(node)
+    added: list[Pod] = []
+    for old in evicted:
+        cluster, pod = new_pod(cluster, old.deploy)
+        added.append(pod)
+    return cluster, tuple(added), evicted
+
+
+# --- records -------------------------------------------------------------------------------------
+
+def to_json(cluster: Cluster) -> dict[str, object]:
+    return {
+        "cluster_id": cluster.cluster_id, "mode": cluster.mode, "nodes": len(cluster.nodes),
+        "pods": [{"name": p.name, "namespace": p.namespace, "deploy": p.deploy, "node": p.node,
+                  "slot": p.slot, "kind": p.kind} for p in cluster.pods],
+        "serials": dict(cluster.serials), "cordoned": list(cluster.cordoned),
+    }
+
+
+def from_json(data: dict[str, object]) -> Cluster:
+    cid, mode = str(data["cluster_id"]), str(data["mode"])
+    nodes = make_nodes(cid, int(str(data["nodes"])))
+    index = {n.name: n.index for n in nodes}
+    pods = tuple(Pod(str(p["name"]), str(p["namespace"]), str(p["deploy"]), str(p["node"]),
+                     index[str(p["node"])], int(str(p["slot"])), netns_name(cid, str(p["name"])), str(p["kind"]))
+                 for p in _dicts(data.get("pods")))
+    serials = data.get("serials") or {}
+    assert isinstance(serials, dict)
+    cordoned = data.get("cordoned") or []
+    assert isinstance(cordoned, list)
+    return Cluster(cid, mode, nodes, pods, tuple(sorted((str(k), int(v)) for k, v in serials.items())),
+                   tuple(str(c) for c in cordoned))
+
+
+def _dicts(value: object) -> Sequence[dict[str, object]]:
+    assert isinstance(value, list)
+    return value

@@ -1,0 +1,81 @@
+"""The cluster plan (pure): addresses, placement, scale and drain, the record round trip, wiring."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address
+
+import pytest
+
+from netkit.lab.cluster import plan, wiring
+from netkit.lab.cluster.plan import APP_DEPLOY, DNS_DEPLOY
+
+
+def test_initial_cluster_spreads_pods_round_the_nodes() -> None:
+    c = plan.initial("abc123", 3, 2, "iptables")
+    assert [n.name for n in c.nodes] == ["node-1", "node-2", "node-3"]
+    assert [str(n.ip) for n in c.nodes] == ["192.0.2.11", "192.0.2.12", "192.0.2.13"]
+    web = c.pods_of(APP_DEPLOY)
+    assert [(p.name, p.node) for p in web[:3]] == [("web-1", "node-1"), ("web-2", "node-2"), ("web-3", "node-3")]
+    assert len(web) == 6 and {p.node for p in web[3:]} == {"node-1", "node-2", "node-3"}
+    dns = c.pods_of(DNS_DEPLOY)
+    assert [(p.node, p.namespace, p.labels) for p in dns] == [
+        ("node-1", "kube-system", {"k8s-app": "kube-dns"}), ("node-2", "kube-system", {"k8s-app": "kube-dns"})]
+    ips = [p.ip for p in c.pods]
+    assert len(set(ips)) == len(ips)
+    assert all(p.ip in c.node(p.node).pod_cidr for p in c.pods)
+    assert len({p.veth for p in c.pods_on("node-1")}) == len(c.pods_on("node-1"))
+    assert all(ns.startswith("nkcabc123-") for ns in c.namespaces)
+
+
+@pytest.mark.parametrize(("nodes", "per_node"), [(0, 1), (201, 1), (3, -1)])
+def test_bad_sizes_are_refused(nodes: int, per_node: int) -> None:
+    with pytest.raises(ValueError):
+        plan.initial("abc123", nodes, per_node, "iptables")
+
+
+def test_scale_down_takes_from_the_most_loaded_node_and_up_reuses_slots() -> None:
+    c = plan.initial("abc123", 3, 2, "iptables")
+    c2, added, doomed = plan.scale(c, APP_DEPLOY, 4)
+    assert added == () and len(doomed) == 2
+    c2 = plan.without(c2, doomed)
+    per_node = sorted(len([p for p in c2.pods_of(APP_DEPLOY) if p.node == n.name]) for n in c2.nodes)
+    assert per_node == [1, 1, 2]
+    c3, added, _ = plan.scale(c2, APP_DEPLOY, 5)
+    assert [p.name for p in added] == ["web-7"]  # names are never reused
+    assert added[0].ip not in {p.ip for p in c2.pods}
+
+
+def test_drain_moves_every_pod_off_the_node_and_keeps_it_empty() -> None:
+    c = plan.initial("abc123", 3, 1, "iptables")
+    c2, added, evicted = plan.drain(c, "node-2")
+    assert {p.node for p in evicted} == {"node-2"} and len(evicted) == 2  # web-2 and coredns-2
+    assert all(p.node != "node-2" for p in added)
+    assert sorted(p.deploy for p in added) == sorted(p.deploy for p in evicted)
+    c3, more, _ = plan.scale(plan.without(c2, evicted), APP_DEPLOY, 6)
+    assert all(p.node != "node-2" for p in more)
+    only_node_3 = plan.drain(c2, "node-1")[0]
+    with pytest.raises(ValueError, match="nowhere"):
+        plan.drain(only_node_3, "node-3")
+
+
+def test_the_record_round_trips() -> None:
+    c = plan.drain(plan.initial("abc123", 2, 2, "nftables"), "node-1")[0]
+    assert plan.from_json(plan.to_json(c)) == c
+
+
+def test_wiring_routes_every_other_pod_cidr_via_its_node() -> None:
+    c = plan.initial("abc123", 3, 1, "iptables")
+    routes = wiring.node_routes(c, c.node("node-2"))
+    assert routes == ["route add 10.244.1.0/24 via 192.0.2.11", "route add 10.244.3.0/24 via 192.0.2.13",
+                      "route add default via 192.0.2.1"]
+    links = wiring.link_batches(c)
+    assert "link add n1 type veth peer name eth0 netns nkcabc123-node-1" in links["nkcabc123-net"]
+    assert not any("netns" not in line and "veth" in line for line in links["nkcabc123-net"])
+
+
+def test_resolv_conf_has_the_kubernetes_search_path() -> None:
+    pod = plan.initial("abc123", 1, 1, "iptables").pods_of(APP_DEPLOY)[0]
+    assert wiring.resolv_conf(pod, "10.96.0.10", "cluster.local") == (
+        "nameserver 10.96.0.10\nsearch default.svc.cluster.local svc.cluster.local cluster.local\n"
+        "options ndots:5\n")
+    assert pod.ip == IPv4Address("10.244.1.10")
