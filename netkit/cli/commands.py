@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from netkit.cli.inputs import Inputs, add_input_options, config_from_args, load_inputs
+from netkit.cli.inputs import Inputs, add_input_options, load_inputs
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=cmd_trace)
 
     p = sub.add_parser("cleanup", help="remove everything netkit wrote, nothing else")
-    p.add_argument("--mode", choices=("iptables", "ipvs", "nftables"), default=None)
+    p.add_argument("--mode", choices=("iptables", "ipvs", "nftables"), default=None,
+                   help="only this mode's objects (default: every mode's, as kube-proxy --cleanup)")
     p.add_argument("--ip-family", choices=tuple(FAMILIES), default=None)
     _kernel_options(p)
     p.set_defaults(func=cmd_cleanup)
@@ -232,13 +233,17 @@ def _plan_size(p: Any) -> str:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    config = replace(config_from_args(args), iptables_backend=args.iptables_backend)
+    """Every mode's objects (or `--mode`'s), all or nothing: see netkit.rules.cleanup."""
+    from netkit.rules import cleanup
     _check_netns(args)
-    be = get_backend(config.mode)
-    for family in _families(args):
-        removed = be.kernel(config, family, args.netns).cleanup()
-        what = f"removed {removed} chains" if removed is not None else "removed netkit's objects"
-        print(f"netkit: {family.value}: {what}", file=sys.stderr)
+    modes = (args.mode,) if args.mode else cleanup.MODES
+    backends = cleanup.IPTABLES_BACKENDS if args.iptables_backend == "auto" else (args.iptables_backend,)
+    surveys = [cleanup.survey(modes, f, args.netns, iptables_backends=backends) for f in _families(args)]
+    cleanup.execute(surveys)
+    for s in surveys:
+        what = "; ".join(s.describe()) or "nothing of netkit's was there"
+        print(f"netkit: {s.family.value}: removed {what}" if not s.empty else f"netkit: {s.family.value}: {what}",
+              file=sys.stderr)
     return 0
 
 

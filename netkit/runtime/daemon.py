@@ -251,7 +251,9 @@ class Daemon:
         m.endpoint_changes_pending.set(self.store.pending)
 
     def cleanup(self) -> None:
-        self.syncer.cleanup()
+        """`run --cleanup`: every mode's rules, as kube-proxy --cleanup (netkit.rules.cleanup)."""
+        from netkit.rules import cleanup
+        cleanup.execute([cleanup.survey(cleanup.MODES, f, self.options.netns) for f in self.options.families])
 
 
 async def _serve(app: web.Application, address: str, netns: str | None) -> web.AppRunner:

@@ -122,7 +122,7 @@ class IptablesKernel:
                 if not is_builtin(table, chain):
                     continue
                 for rule in rules:
-                    if _jump_target(rule) and owned(_jump_target(rule) or ""):
+                    if jump_target(rule) and owned(jump_target(rule) or ""):
                         run([self.tool(""), "-w", str(self.wait_seconds), "-t", table, "-D", chain,
                              *shlex.split(rule)], self.netns)
         payload, count = cleanup_payload(live, owned)
@@ -147,7 +147,7 @@ def cleanup_payload(live: Ruleset, owned: Callable[[str], bool] = is_owned) -> t
     return ("\n".join(out) + "\n" if out else ""), count
 
 
-def _jump_target(rule: str) -> str | None:
+def jump_target(rule: str) -> str | None:
     tokens = rule.split()
     for flag in ("-j", "-g"):
         if flag in tokens:

@@ -1,0 +1,295 @@
+"""Removing what netkit — and kube-proxy before it — wrote, for any set of modes, all or nothing.
+
+Used by `netkit cleanup` (every mode, or the one `--mode` names) and after a successful `apply` or
+daemon sync (every mode but the one just programmed: two dataplanes on one node must not both see
+traffic). Two phases:
+
+1. `survey(modes, …)` reads and changes nothing. Per IP family it finds
+   - iptables (both backends, legacy and nft, since the two cannot see each other's rules): the
+     chains the selected modes own (`KUBE-SVC-…`, `KUBE-SERVICES`, …; the IPVS mode's
+     `KUBE-IPVS-FILTER`, …), the entry jumps into them from built-in chains, and every *foreign*
+     reference to them — a rule in a chain netkit does not own jumping to one (`-A MY-CHAIN -j
+     KUBE-MARK-MASQ`), a rule in a built-in chain that is not one of the entry jumps netkit or
+     kube-proxy writes (`-A FORWARD -i eth9 -j KUBE-FORWARD`), a `--match-set` of an IPVS set;
+   - nftables: tables `netkit` and kube-proxy's `kube-proxy` (no other table can refer to them);
+   - IPVS: the IPVS mode's ipsets, its virtual servers (when the kernel has IPVS) and `kube-ipvs0`.
+2. `execute(survey)` refuses (CleanupRefused, naming each foreign reference) when there is any, so
+   nothing is changed; else it validates every iptables payload with `iptables-restore --test`
+   before the first change, then removes: nftables tables (one transaction), iptables (one
+   `--noflush` restore per backend and family: jumps deleted, chains flushed and deleted), then the
+   IPVS objects (which the iptables rules referred to).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+
+from netkit.errors import KernelError, NetkitError
+from netkit.model import IPFamily
+from netkit.netns import run
+from netkit.rules.iptables.kernel import jump_target
+from netkit.rules.iptables.names import is_owned as iptables_owned
+from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse_lines
+
+MODES = ("iptables", "ipvs", "nftables")
+IPTABLES_BACKENDS = ("legacy", "nft")
+NFT_TABLES = ("netkit", "kube-proxy")  # netkit's, and kube-proxy's nftables mode's
+TABLES = ("mangle", "filter", "nat")
+
+
+class CleanupRefused(NetkitError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class IptablesPart:
+    tool: str  # e.g. "iptables-nft"
+    family: IPFamily
+    chains: dict[str, tuple[str, ...]]  # table → chains to flush and delete
+    jumps: dict[str, tuple[tuple[str, str], ...]]  # table → (built-in chain, rule) to delete
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.chains.values()) and not any(self.jumps.values())
+
+    def payload(self) -> str:
+        out: list[str] = []
+        for table in TABLES:
+            chains, jumps = self.chains.get(table, ()), self.jumps.get(table, ())
+            if not chains and not jumps:
+                continue
+            out += [f"*{table}", *(f":{c} - [0:0]" for c in chains), *(f"-D {c} {r}" for c, r in jumps),
+                    *(f"-X {c}" for c in chains), "COMMIT"]
+        return "\n".join(out) + "\n" if out else ""
+
+    def describe(self) -> str:
+        n_chains = sum(len(c) for c in self.chains.values())
+        n_jumps = sum(len(j) for j in self.jumps.values())
+        return f"{self.tool}: {n_chains} chains, {n_jumps} entry jumps"
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    family: IPFamily
+    netns: str | None
+    iptables: tuple[IptablesPart, ...] = ()
+    nft_tables: tuple[str, ...] = ()  # "ip netkit", …
+    ipsets: tuple[str, ...] = ()
+    ipvs_services: int = 0  # netkit's virtual servers (0 also when the kernel has no IPVS)
+    ipvs_interface: bool = False
+    blockers: tuple[str, ...] = field(default=())
+
+    @property
+    def empty(self) -> bool:
+        return (all(p.empty for p in self.iptables) and not self.nft_tables and not self.ipsets
+                and not self.ipvs_services and not self.ipvs_interface)
+
+    def describe(self) -> list[str]:
+        """What execute() would remove, one line per kind of object."""
+        out = [p.describe() for p in self.iptables if not p.empty]
+        out += [f"nftables: table {t}" for t in self.nft_tables]
+        if self.ipsets:
+            out.append(f"ipvs: {len(self.ipsets)} ipsets")
+        if self.ipvs_services:
+            out.append(f"ipvs: {self.ipvs_services} virtual servers")
+        if self.ipvs_interface:
+            out.append("ipvs: interface kube-ipvs0")
+        return out
+
+
+# --- what each mode owns ---------------------------------------------------------------------------
+
+
+@cache
+def _ipvs_layout() -> tuple[frozenset[str], frozenset[tuple[str, str, str]]]:
+    """(chains, entry jumps as (table, chain, rule)) of the IPVS mode."""
+    from netkit.rules.ipvs.kernel import CHAINS, JUMPS
+    chains = frozenset(c for names in CHAINS.values() for c in names)
+    jumps = frozenset((table, chain, " ".join([*extra.split(), "-m", "comment", "--comment", f'"{comment}"',
+                                               "-j", target]))
+                      for table, chain, target, comment, extra in JUMPS)
+    return chains, jumps
+
+
+@cache
+def _iptables_jumps() -> frozenset[tuple[str, str, str]]:
+    from netkit.rules.iptables.compile import ENTRY_JUMPS
+    return frozenset((t, c, r) for t, chains in ENTRY_JUMPS.items() for c, rules in chains.items() for r in rules)
+
+
+def owner(modes: Iterable[str], *, keep: Iterable[str] = ()) -> Callable[[str], bool]:
+    """Whether an iptables chain belongs to one of `modes` (and to none of `keep`)."""
+    modes, keep = set(modes), set(keep)
+    ipvs_chains = _ipvs_layout()[0]
+
+    def by(mode: str, chain: str) -> bool:
+        return iptables_owned(chain) if mode == "iptables" else mode == "ipvs" and chain in ipvs_chains
+
+    return lambda chain: any(by(m, chain) for m in modes) and not any(by(m, chain) for m in keep)
+
+
+def is_entry_jump(table: str, chain: str, rule: str) -> bool:
+    """One of the jumps netkit (or kube-proxy) inserts into built-in chains, in any mode."""
+    key = (table, chain, rule)
+    return key in _iptables_jumps() or key in _ipvs_layout()[1]
+
+
+# --- phase 1: survey ---------------------------------------------------------------------------------
+
+
+def survey(modes: Sequence[str], family: IPFamily, netns: str | None, *, keep: Sequence[str] = (),
+           iptables_backends: Sequence[str] = IPTABLES_BACKENDS,
+           known: dict[str, Ruleset] | None = None) -> Survey:
+    """Everything of `modes` (but not of `keep`) in one family; `known` maps an iptables backend to
+    a dump already read (the apply path has one of its own backend)."""
+    owned = owner(modes, keep=keep)
+    ipvs = "ipvs" in modes and "ipvs" not in keep
+    sets = _ipsets(family, netns) if ipvs else ()
+    parts: list[IptablesPart] = []
+    blockers: list[str] = []
+    if set(modes) & {"iptables", "ipvs"}:
+        for backend in iptables_backends:
+            live = (known or {}).get(backend)
+            if live is None:
+                live = _dump(family, backend, netns)
+            if live is None:
+                continue
+            part, found = _iptables_part(_tool(family, backend), family, live, owned, set(sets))
+            parts.append(part)
+            blockers += found
+    return Survey(family, netns, tuple(parts),
+                  _nft_tables(family, netns) if "nftables" in modes and "nftables" not in keep else (),
+                  sets, _ipvs_services(family, netns) if ipvs else 0, ipvs and _has_link(netns), tuple(blockers))
+
+
+def _tool(family: IPFamily, backend: str) -> str:
+    return f"{'iptables' if family is IPFamily.IPV4 else 'ip6tables'}-{backend}"
+
+
+def _dump(family: IPFamily, backend: str, netns: str | None) -> Ruleset | None:
+    """The whole save of one backend (without `-t`, which would create empty legacy tables)."""
+    tool = _tool(family, backend)
+    if shutil.which(f"{tool}-save") is None:
+        return None
+    proc = run([f"{tool}-save"], netns, check=False)
+    if proc.returncode != 0:
+        raise KernelError(f"{tool}-save failed", stderr=proc.stderr)
+    return parse_lines(proc.stdout.splitlines(), family)
+
+
+def _iptables_part(tool: str, family: IPFamily, live: Ruleset, owned: Callable[[str], bool],
+                   sets: set[str]) -> tuple[IptablesPart, list[str]]:
+    chains: dict[str, tuple[str, ...]] = {}
+    jumps: dict[str, tuple[tuple[str, str], ...]] = {}
+    blockers: list[str] = []
+    for table in TABLES:
+        present = live.chains(table)
+        mine = tuple(c for c in present if owned(c) and not is_builtin(table, c))
+        found: list[tuple[str, str]] = []
+        for chain, rules in present.items():
+            if chain in mine:
+                continue
+            for rule in rules:
+                target = jump_target(rule)
+                refers = (target is not None and owned(target)) or bool(sets & set(match_sets(rule)))
+                if not refers:
+                    continue
+                if is_builtin(table, chain) and target is not None and is_entry_jump(table, chain, rule):
+                    found.append((chain, rule))
+                else:
+                    blockers.append(f"{tool} -t {table} -A {chain} {rule}")
+        if mine:
+            chains[table] = mine
+        if found:
+            jumps[table] = tuple(found)
+    return IptablesPart(tool, family, chains, jumps), blockers
+
+
+def match_sets(rule: str) -> list[str]:
+    tokens = rule.split()
+    return [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--match-set"]
+
+
+def _nft_tables(family: IPFamily, netns: str | None) -> tuple[str, ...]:
+    if shutil.which("nft") is None:
+        return ()
+    proc = run(["nft", "list", "tables"], netns, check=False)
+    fam = "ip" if family is IPFamily.IPV4 else "ip6"
+    wanted = {f"table {fam} {t}" for t in NFT_TABLES}
+    return tuple(line.removeprefix("table ") for line in proc.stdout.splitlines() if line.strip() in wanted)
+
+
+def _ipsets(family: IPFamily, netns: str | None) -> tuple[str, ...]:
+    if shutil.which("ipset") is None:
+        return ()
+    from netkit.rules.ipvs.names import is_ours
+    proc = run(["ipset", "list", "-n"], netns, check=False)
+    v6 = family is IPFamily.IPV6
+    return tuple(s for s in proc.stdout.split() if is_ours(s) and s.startswith("KUBE-6-") == v6)
+
+
+def _ipvs_services(family: IPFamily, netns: str | None) -> int:
+    """How many of netkit's virtual servers there are; 0 without IPVS in the kernel (this check
+    does not load the module)."""
+    if run(["test", "-e", "/proc/net/ip_vs"], netns, check=False).returncode != 0:
+        return 0
+    from netkit.rules.ipvs.kernel import IPVSKernel
+    return len(IPVSKernel(family, netns).dump().services)
+
+
+def _has_link(netns: str | None) -> bool:
+    return run(["ip", "link", "show", "kube-ipvs0"], netns, check=False).returncode == 0
+
+
+# --- phase 2: execute --------------------------------------------------------------------------------
+
+
+def refuse_if_blocked(surveys: Sequence[Survey]) -> None:
+    found = [f"{b}" for s in surveys for b in s.blockers]
+    if found:
+        raise CleanupRefused(f"nothing was changed: {len(found)} rule(s) netkit did not write refer to what "
+                             f"it would remove; delete or change them first: " + "; ".join(found))
+
+
+def execute(surveys: Sequence[Survey]) -> None:
+    """Remove everything the surveys found (see the module docstring for the order)."""
+    refuse_if_blocked(surveys)
+    for s in surveys:
+        for part in s.iptables:
+            if not part.empty:
+                _restore(part, s.netns, test=True)
+    for s in surveys:
+        if s.nft_tables:
+            script = "".join(f"delete table {t}\n" for t in s.nft_tables)
+            proc = run(["nft", "-f", "-"], s.netns, input=script, check=False)
+            if proc.returncode != 0:
+                raise KernelError("nft refused to delete the tables", payload=script, stderr=proc.stderr)
+    for s in surveys:
+        for part in s.iptables:
+            if not part.empty:
+                _restore(part, s.netns, test=False)
+    for s in surveys:
+        _ipvs_cleanup(s)
+
+
+def _restore(part: IptablesPart, netns: str | None, *, test: bool) -> None:
+    argv = [f"{part.tool}-restore", "--noflush", "--wait", "5", *(["--test"] if test else [])]
+    payload = part.payload()
+    proc = run(argv, netns, input=payload, check=False)
+    if proc.returncode != 0:
+        what = "refused the cleanup payload; nothing was changed" if test else "failed part-way"
+        raise KernelError(f"{part.tool}-restore {what}", payload=payload, stderr=proc.stderr)
+
+
+def _ipvs_cleanup(s: Survey) -> None:
+    if s.ipvs_services:
+        from netkit.rules.ipvs.kernel import IPVSKernel
+        IPVSKernel(s.family, s.netns).cleanup()  # virtual servers, sets, kube-ipvs0 (chains are gone)
+        return
+    if s.ipsets:
+        run(["ipset", "restore"], s.netns, input="".join(f"destroy {name}\n" for name in s.ipsets))
+    if s.ipvs_interface:
+        run(["ip", "link", "del", "kube-ipvs0"], s.netns, check=False)
