@@ -1,11 +1,17 @@
-"""`netkit dns`: serve cluster DNS from manifest files, reloading them when they change.
+"""`netkit dns`: serve cluster DNS from the Kubernetes API (or from manifest files), like CoreDNS.
 
-The files are read like `kubectl -f` (netkit.sources.manifests); the view is built and installed
-before the first query is answered. A watcher (watchfiles, inotify on Linux) reloads on every change:
-a reload that cannot read a whole file keeps the previous view rather than serving a partial one,
-since a missing Service would be answered with a confident NXDOMAIN. Upstreams come from `--upstream`
-or else the node's resolv.conf; any that is this server itself is refused, and a probe at start
-drops any that forwards back to us.
+Sources. Without `-f`, the server watches the API like `netkit run` does (`--kubeconfig FILE`,
+`--master URL`, in-cluster config when neither), with the same reflectors and store
+(netkit.sources.kube) but CoreDNS's watches: every Service and EndpointSlice, the Namespaces, and Pods
+only for `--pods verified`. With `-f`, the files are read like `kubectl -f` and followed
+(netkit.sources.files); an unreadable file keeps its last good objects. Either way names in the zone
+get SERVFAIL (with the SOA) until the source's first complete list; then every change rebuilds the
+view and swaps it in whole, independently of anything else (no rule sync to wait for).
+
+Upstreams come from `--upstream` or else the node's resolv.conf (kubeadm: `forward . /etc/resolv.conf`);
+any that is this server itself is refused, and a probe at start drops any that forwards back to us.
+`--stub-domain` sends a domain to its own upstreams. `/metrics`, `/health` and `/ready` are served on
+CoreDNS's ports (netkit.dns.endpoints).
 """
 
 from __future__ import annotations
@@ -20,34 +26,83 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+
+from netkit.dns.cache import CAPACITY, MAX_TTL, ForwardCache
+from netkit.dns.endpoints import health_app, metrics_app, parse_http_address, ready_app, serve
 from netkit.dns.engine import Engine
-from netkit.dns.names import name_from_text, name_to_text
+from netkit.dns.metrics import DnsMetrics
+from netkit.dns.names import Name, name_from_text, name_to_text
 from netkit.dns.server import DnsServer
-from netkit.dns.upstream import DEFAULT_TIMEOUT, Address, Forwarder, from_resolv_conf, parse_address
-from netkit.dns.view import MAX_TTL, Options, PodMode, build
+from netkit.dns.upstream import (
+    DEFAULT_TIMEOUT,
+    HEALTH_CHECK,
+    MAX_CONCURRENT,
+    MAX_FAILS,
+    Address,
+    Forwarder,
+    Policy,
+    Router,
+    from_resolv_conf,
+    parse_address,
+    parse_stub_domain,
+)
+from netkit.dns.view import MAX_TTL as MAX_RECORD_TTL
+from netkit.dns.view import Options, PodMode, build
 from netkit.errors import NetkitError
-from netkit.sources.files import FileSource
+from netkit.sources.kube import add_api_options, settings_from_args
 from netkit.sources.store import Store
+
+PLUGINS = ("cache", "errors", "forward", "health", "kubernetes", "loop", "prometheus", "ready")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("dns", help="serve cluster DNS (UDP and TCP) from manifests",
-                       description="Serve the Kubernetes DNS schema 1.1.0 for the Services, "
-                                   "EndpointSlices and Pods in the manifests; reload when they change.")
-    p.add_argument("-f", "--filename", dest="files", action="append", required=True, metavar="PATH",
-                   help="manifest file or directory (repeatable), as kubectl -f")
+    p = sub.add_parser("dns", help="serve cluster DNS (UDP and TCP) from the API or from manifests",
+                       description="Serve the Kubernetes DNS schema 1.1.0 for the Services, EndpointSlices, "
+                                   "Namespaces and Pods of the cluster (or of manifests), like CoreDNS.")
+    p.add_argument("-f", "--filename", dest="files", action="append", default=[], metavar="PATH",
+                   help="serve these manifest files or directories (repeatable) instead of the API")
+    add_api_options(p)
     p.add_argument("--listen", default="127.0.0.1:5353", metavar="IP:PORT",
                    help="address for both UDP and TCP (default 127.0.0.1:5353)")
     p.add_argument("--zone", default="cluster.local", help="cluster domain (default cluster.local)")
-    p.add_argument("--ttl", type=int, default=30, help=f"record TTL in seconds, 0..{MAX_TTL} (default 30)")
+    p.add_argument("--ttl", type=int, default=30, help=f"record TTL in seconds, 0..{MAX_RECORD_TTL} (default 30)")
     p.add_argument("--pods", choices=[m.value for m in PodMode], default=PodMode.DISABLED.value,
                    help="pod records a-b-c-d.<ns>.pod.<zone> (default disabled)")
-    p.add_argument("--upstream", action="append", default=[], metavar="IP[:PORT]",
+    g = p.add_argument_group("forwarding (CoreDNS's forward)")
+    g.add_argument("--upstream", action="append", default=[], metavar="IP[:PORT]",
                    help="resolver for names outside the zone (repeatable; default: resolv.conf's)")
-    p.add_argument("--resolv-conf", default="/etc/resolv.conf", metavar="FILE",
+    g.add_argument("--resolv-conf", default="/etc/resolv.conf", metavar="FILE",
                    help="where to find upstreams when --upstream is not given")
-    p.add_argument("--upstream-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    g.add_argument("--upstream-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                    help=f"how long to wait for each upstream (default {DEFAULT_TIMEOUT})")
+    g.add_argument("--policy", choices=[x.value for x in Policy], default=Policy.RANDOM.value,
+                   help="order in which upstreams are tried (default random)")
+    g.add_argument("--max-concurrent", type=int, default=MAX_CONCURRENT, metavar="N",
+                   help=f"queries in flight to the upstreams before REFUSED (default {MAX_CONCURRENT}; 0: no limit)")
+    g.add_argument("--health-check", type=float, default=HEALTH_CHECK, metavar="SECONDS",
+                   help=f"probe interval of a failing upstream (default {HEALTH_CHECK}; 0: no probes)")
+    g.add_argument("--max-fails", type=int, default=MAX_FAILS, metavar="N",
+                   help=f"failed probes after which an upstream is down (default {MAX_FAILS})")
+    g.add_argument("--stub-domain", action="append", default=[], metavar="DOMAIN=IP[:PORT][,IP…]",
+                   help="send names in DOMAIN to these resolvers (repeatable)")
+    g.add_argument("--cache-ttl", type=int, default=MAX_TTL, metavar="SECONDS",
+                   help=f"cache upstream answers for at most this long (default {MAX_TTL}, as `cache 30`; 0: off)")
+    g.add_argument("--cache-size", type=int, default=2 * CAPACITY, metavar="N",
+                   help=f"upstream answers kept at most (default {2 * CAPACITY})")
+    g = p.add_argument_group("observability (CoreDNS's prometheus, health, ready, log)")
+    g.add_argument("--metrics-listen", default=":9153", metavar="[IP]:PORT",
+                   help="/metrics (default :9153; empty disables)")
+    g.add_argument("--health-listen", default=":8080", metavar="[IP]:PORT",
+                   help="/health (default :8080; empty disables)")
+    g.add_argument("--ready-listen", default=":8181", metavar="[IP]:PORT",
+                   help="/ready: 503 until synced, then 200 (default :8181; empty disables)")
+    g.add_argument("--log-queries", action="store_true", help="log every query in CoreDNS's log format (slow)")
+    g = p.add_argument_group("TCP (RFC 7766)")
+    g.add_argument("--tcp-idle-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="close a TCP connection idle this long (default 10)")
+    g.add_argument("--tcp-max-connections", type=int, default=256, metavar="N",
+                   help="open TCP connections at most; a new one evicts the longest idle (default 256)")
     p.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto",
                    help="event loop (auto: uvloop when installed)")
     p.set_defaults(func=run)
@@ -55,12 +110,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run(args: argparse.Namespace) -> int:
     options = _options(args)
-    upstreams = _upstreams(args)
-    listen = parse_address(args.listen)
     if "-" in args.files:
         raise NetkitError("netkit dns reads files it can watch; '-' (stdin) is not supported")
+    http = {flag: parse_http_address(getattr(args, flag.removeprefix("--").replace("-", "_")), flag)
+            for flag in ("--metrics-listen", "--health-listen", "--ready-listen")}
     with asyncio.Runner(loop_factory=_loop_factory(args.loop)) as runner:
-        return runner.run(_serve(args.files, options, listen, Forwarder(upstreams, args.upstream_timeout)))
+        return runner.run(_serve(args, options, http))
 
 
 def _options(args: argparse.Namespace) -> Options:
@@ -79,6 +134,19 @@ def _upstreams(args: argparse.Namespace) -> list[Address]:
         return []
 
 
+def _router(args: argparse.Namespace, metrics: DnsMetrics) -> Router:
+    def forwarder(upstreams: list[Address]) -> Forwarder:
+        return Forwarder(upstreams, args.upstream_timeout, policy=Policy(args.policy),
+                         max_concurrent=args.max_concurrent, health_check=args.health_check,
+                         max_fails=args.max_fails, counters=metrics.proxy)
+
+    stubs: dict[Name, Forwarder] = {}
+    for text in args.stub_domain:
+        name, ups = parse_stub_domain(text)
+        stubs[name] = forwarder(ups)
+    return Router(forwarder(_upstreams(args)), stubs)
+
+
 def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     if choice == "asyncio":
         return None
@@ -91,58 +159,94 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
     return uvloop.new_event_loop
 
 
-async def _serve(files: list[str], options: Options, listen: Address, forwarder: Forwarder) -> int:
-    """Feed the server from the same file source the daemon's `-f` uses: it follows the files and keeps
-    each file's last good version, so a half-written file never takes names away."""
+def _server_label(listen: Address) -> str:
+    """CoreDNS's `server` label: dns://<bind>:<port>."""
+    host = "" if listen.host in ("0.0.0.0", "::") else (f"[{listen.host}]" if ":" in listen.host else listen.host)
+    return f"dns://{host}:{listen.port}"
+
+
+def _source(args: argparse.Namespace, options: Options, store: Store) -> Any:
+    if args.files:
+        from netkit.sources.files import FileSource
+        return FileSource(args.files, store)
+    from netkit.sources.kube import KubeSource
+    return KubeSource(settings_from_args(args), store, pods=options.pods is PodMode.VERIFIED, dns=True)
+
+
+async def _serve(args: argparse.Namespace, options: Options, http: dict[str, tuple[str | None, int] | None]) -> int:
+    listen = parse_address(args.listen)
+    metrics = DnsMetrics(_server_label(listen), plugins=PLUGINS + (("log",) if args.log_queries else ()))
+    cache = ForwardCache(metrics, max_ttl=max(0, args.cache_ttl), capacity=args.cache_size if args.cache_ttl > 0 else 0)
+    server = DnsServer(Engine(options, metrics=metrics), listen, _router(args, metrics), tcp_idle=args.tcp_idle_timeout,
+                       max_tcp=max(1, args.tcp_max_connections), cache=cache,
+                       query_log=_print if args.log_queries else None)
+    try:
+        addr = await server.start()  # SERVFAIL until the first complete view below
+    except OSError as exc:
+        raise NetkitError(f"--listen {listen}: cannot listen: {exc.strerror or exc}") from None
     store = Store()
-    source = FileSource(files, store)
-    server = DnsServer(Engine(options), listen, forwarder)
-    addr = await server.start()  # SERVFAIL until the first complete view below
-    feed = asyncio.create_task(source.run(), name="files")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    runners: list[web.AppRunner] = []
+    feed: asyncio.Task[None] | None = None
     loops: asyncio.Task[None] | None = None
     try:
+        apps: dict[str, Callable[[], web.Application]] = {
+            "--metrics-listen": lambda: metrics_app(metrics), "--health-listen": health_app,
+            "--ready-listen": lambda: ready_app(lambda: server.engine.view is not None)}
+        for flag, address in http.items():
+            if address is not None:
+                runners.append(await serve(apps[flag](), address, flag))
+        feed = asyncio.create_task(_source(args, options, store).run(), name="source")
+        stop = _stop_event()
         await _first(store.wait_synced(), feed)
         _report(store)
-        if any(p.kind == "?" for p in store.problems.values()):
+        if args.files and any(p.kind == "?" for p in store.problems.values()):
             raise NetkitError("cannot read the manifests (see above)")
-        view = build(store.objects(), options, serial=int(time.time()))
-        server.set_view(view)
+        view = _install(server, store, options)
         _say(f"serving {name_to_text(options.zone)} on {addr} (UDP and TCP), "
-             f"{len(view.services)} services, upstreams: {', '.join(map(str, forwarder.usable)) or 'none'}")
+             f"{len(view.services)} services, upstreams: {', '.join(map(str, server.forwarder.usable)) or 'none'}")
         loops = asyncio.create_task(_check_loops(server))
-        store.take_changes()
         while not stop.is_set():
             if not await _first(store.changed.wait(), feed, stop.wait()):
                 break
-            store.take_changes()
             _report(store)
-            view = build(store.objects(), options, serial=int(time.time()))
-            server.set_view(view)
-            _say(f"reloaded: {len(view.services)} services")
+            _install(server, store, options)
     finally:
         for task in (feed, loops):
             if task is not None:
                 task.cancel()
         await asyncio.gather(*(t for t in (feed, loops) if t is not None), return_exceptions=True)
+        for r in runners:
+            await r.cleanup()
         await server.close()
     return 0
 
 
+def _install(server: DnsServer, store: Store, options: Options) -> Any:
+    store.take_changes()
+    view = build(store.objects(), options, serial=int(time.time()))
+    server.set_view(view)
+    return view
+
+
+def _stop_event() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 async def _first(wanted: Coroutine[Any, Any, Any], feed: asyncio.Task[None],
                  stop: Coroutine[Any, Any, Any] | None = None) -> bool:
-    """Wait for `wanted`; False when `stop` came first; the file source's error if it failed."""
+    """Wait for `wanted`; False when `stop` came first; the source's error if it failed."""
     waits = [asyncio.ensure_future(wanted), *([asyncio.ensure_future(stop)] if stop is not None else [])]
     done, _ = await asyncio.wait([*waits, feed], return_when=asyncio.FIRST_COMPLETED)
     for w in waits:
         w.cancel()
     if feed in done:
-        feed.result()  # raises what stopped the source (a missing file, …)
-        raise NetkitError("the manifest watcher stopped")
+        feed.result()  # raises what stopped the source (a missing file, no API configuration, …)
+        raise NetkitError("the source stopped")
     return waits[0] in done
 
 
@@ -158,3 +262,8 @@ async def _check_loops(server: DnsServer) -> None:
 def _say(*lines: str) -> None:
     for line in lines:
         print(f"netkit dns: {line}", file=sys.stderr, flush=True)
+
+
+def _print(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()

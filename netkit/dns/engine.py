@@ -11,7 +11,8 @@ the question name back at it, this is byte for byte what `slow` would produce (a
 Only replies that depend on nothing but the view are stored (not forwarded or chased ones, not
 SERVFAIL), only for "plain" queries (no EDNS options, no extra records), so the key captures every input.
 Installing a view replaces both caches; they are also dropped whole when they reach `max_entries`,
-which bounds what random names can cost.
+which bounds what random names can cost. Every cached value carries its metrics `Kind` number, so a
+hit is counted with one list increment (netkit.dns.metrics).
 
 The key's lower-casing stops at the first zero byte after the header, which is the root label of a
 plain name; a reply is stored only when it is, so no two distinct questions share a key.
@@ -21,12 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from netkit.dns.metrics import DnsMetrics, Kind, rcode_label, type_label
 from netkit.dns.resolver import REFUSED, Reply, resolve
 from netkit.dns.view import Options, View
 from netkit.dns.wire import Query, Rejected, encode, encode_rejected, parse_query, reply_limit
 
 CLASS_IN, CLASS_ANY = 1, 255
-Cache = dict[bytes, tuple[bytes, bytes]]
+Cache = dict[bytes, tuple[bytes, bytes, int]]  # key → (reply head, reply tail, kind number)
+Exact = dict[bytes, tuple[bytes, int]]  # query but its ID → (reply but its ID, kind number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,27 +50,40 @@ def cache_key(data: bytes, end: int) -> bytes:
 
 
 class Engine:
-    def __init__(self, options: Options, max_entries: int = 200_000) -> None:
+    def __init__(self, options: Options, max_entries: int = 200_000, metrics: DnsMetrics | None = None) -> None:
         self.options = options
         self.max_entries = max_entries
+        self.metrics = metrics or DnsMetrics("")
+        self.family = 1  # of the server's sockets (CoreDNS's label: 1 IPv4, 2 IPv6)
         self.view: View | None = None
         self.udp_cache: Cache = {}
         self.tcp_cache: Cache = {}
         # Second level for UDP: the whole query but its ID, exactly as received → the reply but its
         # ID. A client repeating a question (same case, same EDNS) costs one slice and one lookup.
-        self.udp_exact: dict[bytes, bytes] = {}
+        self.udp_exact: Exact = {}
+        self.cached = {"success": 0, "denial": 0}
 
     def set_view(self, view: View) -> None:
         if view.options != self.options:
             raise ValueError("the view was built with other options than this server's")
         self.view = view
         self.udp_cache, self.tcp_cache, self.udp_exact = {}, {}, {}
+        self.cached = {"success": 0, "denial": 0}
 
     def fast(self, data: bytes, tcp: bool) -> bytes | None:
+        """The cached reply, counted; None on a miss."""
+        hit = self.lookup(data, tcp)
+        if hit is None:
+            return None
+        self.metrics.counts[hit[1]] += 1
+        return hit[0]
+
+    def lookup(self, data: bytes, tcp: bool) -> tuple[bytes, int] | None:
+        """The cached reply and its metrics kind number (not counted); None on a miss."""
         if not tcp:
             exact = self.udp_exact.get(data[2:])
             if exact is not None:
-                return data[:2] + exact
+                return data[:2] + exact[0], exact[1]
         end = data.find(0, 12)
         if end < 13:
             return None
@@ -76,31 +92,43 @@ class Engine:
             return None
         rest = hit[0] + data[12:end] + hit[1]
         if not tcp:
-            self.remember_exact(data[2:], rest)
-        return data[:2] + rest
+            self.remember_exact(data[2:], (rest, hit[2]))
+        return data[:2] + rest, hit[2]
 
-    def remember_exact(self, query_rest: bytes, reply_rest: bytes) -> None:
+    def remember_exact(self, query_rest: bytes, reply: tuple[bytes, int]) -> None:
         if len(self.udp_exact) >= self.max_entries:
             self.udp_exact.clear()
-        self.udp_exact[query_rest] = reply_rest
+        self.udp_exact[query_rest] = reply
 
     def slow(self, data: bytes, tcp: bool) -> Outcome:
+        return self.slow_query(data, tcp)[0]
+
+    def slow_query(self, data: bytes, tcp: bool) -> tuple[Outcome, Query | None]:
+        """The full pipeline; also the parsed query (None when it could not be read), for the metrics."""
         parsed = parse_query(data)
         if parsed is None:
-            return None
+            return None, None
         if isinstance(parsed, Rejected):
-            return encode_rejected(parsed)
+            return encode_rejected(parsed), None
         query = parsed
         if query.qclass not in (CLASS_IN, CLASS_ANY):
-            return encode(query, REFUSED, reply_limit(query.edns, tcp))
+            return encode(query, REFUSED, reply_limit(query.edns, tcp)), query
         view = self.view
         reply = resolve(view, self.options, query.name, query.qtype)
         if reply.forward or reply.chase is not None:
-            return Upstream(data, query, reply, tcp)
+            return Upstream(data, query, reply, tcp), query
         out = encode(query, reply, reply_limit(query.edns, tcp))
         if reply.from_view and query.plain and view is not None and view is self.view:
             self._store(data, query, out, tcp)
-        return out
+        return out, query
+
+    def kind(self, query: Query | None, request_size: int, out: bytes, tcp: bool, plugin: str, cache: str) -> int:
+        """The metrics kind number of one answer."""
+        return self.metrics.kind(Kind(
+            "tcp" if tcp else "udp", self.family, type_label(query.qtype) if query is not None else "other",
+            rcode_label(out[3] & 0xF if len(out) > 3 else 2), plugin if query is not None else "",
+            cache if query is not None else "", bool(query is not None and query.edns is not None and query.edns.do),
+            request_size, len(out)))
 
     def answer(self, data: bytes, tcp: bool) -> Outcome:
         hit = self.fast(data, tcp)
@@ -112,5 +140,11 @@ class Engine:
             return
         cache = self.tcp_cache if tcp else self.udp_cache
         if len(cache) >= self.max_entries:
+            for t, n in self.cached.items():
+                self.metrics.cache.evictions[t] += n
             cache.clear()
-        cache[cache_key(data, end)] = (out[2:12], out[end:])
+            self.cached = {"success": 0, "denial": 0}
+        type_ = "success" if out[6:8] != b"\x00\x00" and out[3] & 0xF == 0 else "denial"
+        kind = self.kind(query, len(data), out, tcp, "cache", type_)
+        cache[cache_key(data, end)] = (out[2:12], out[end:], kind)
+        self.cached[type_] += 1

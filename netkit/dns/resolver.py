@@ -6,7 +6,7 @@ from the View. The rules, from the Kubernetes DNS spec 1.1.0 and CoreDNS's `kube
 - a name that exists but lacks the type → NODATA (NOERROR, empty answer, the zone SOA in authority);
   the apex, `svc.<zone>`, `pod.<zone>`, an existing namespace and `_<proto>` names are such names;
 - a name that does not exist → NXDOMAIN with the SOA; inside the zone that is final;
-- no view yet → SERVFAIL for the zone and reverse names, never a stale NXDOMAIN;
+- no view yet → SERVFAIL (with the zone SOA) for the zone and reverse names, never a stale NXDOMAIN;
 - an ExternalName answers a CNAME and the target is chased: inside the zone right here, outside
   through the upstream (the reply says `chase`), up to MAX_CHASE links;
 - reverse names of cluster addresses are answered; other reverse names and names outside the zone
@@ -150,7 +150,7 @@ def resolve(view: View | None, options: Options, name: Name, qtype: int) -> Repl
     if isinstance(request, Outside):
         return FORWARD
     if view is None:
-        return SERVFAIL
+        return Reply(Rcode.SERVFAIL, authority=(_zone_soa(options, 0, options.zone),), authoritative=False)
     return _answer(view, request, name, qtype, 0)
 
 
@@ -312,8 +312,11 @@ def _records(view: View, name: Name, qtype: int, rrs: list[Record], *,
 
 
 def _soa(view: View, zone: Name) -> Record:
-    o = view.options
-    data = Soa(("ns", "dns", *o.zone), ("hostmaster", *o.zone), view.serial, 7200, 1800, 86400, o.ttl)
+    return _zone_soa(view.options, view.serial, zone)
+
+
+def _zone_soa(o: Options, serial: int, zone: Name) -> Record:
+    data = Soa(("ns", "dns", *o.zone), ("hostmaster", *o.zone), serial, 7200, 1800, 86400, o.ttl)
     return Record(zone, RType.SOA, o.ttl, data)
 
 

@@ -2,19 +2,26 @@
 
 UDP is read with a reader callback that drains the socket (up to UDP_BATCH datagrams per wake-up), so
 under load one poll serves many queries and a cache hit costs two system calls and a dict lookup. The
-fast path is inlined there; a miss goes to `Engine.slow`. TCP (RFC 7766) accepts several queries per
-connection and answers them in order; a connection idle for `tcp_idle` seconds is closed, and at most
-`max_tcp` connections are open at once.
+fast path is inlined there: the engine's caches of cluster answers, then the cache of upstream answers
+(`netkit.dns.cache`); a miss goes to `Engine.slow`. Hits are counted by their metrics kind number and
+timed per batch (`netkit.dns.metrics`).
+
+TCP follows RFC 7766: a connection carries many queries; they are processed concurrently and each
+answer is written when it is ready, so a cluster name is not held up behind a slow upstream (§6.2.1.1);
+at most `tcp_pipeline` queries of one connection wait for the upstream at once (then reading pauses). A
+connection with nothing in flight for `tcp_idle` seconds is closed. At most `max_tcp` connections are
+open: a new client beyond that evicts the connection idle the longest; only when every connection is
+busy is the new one closed.
 
 Work that needs the upstream (names outside the zone, reverse names that are not the cluster's,
 ExternalName targets outside the zone) runs as tasks, at most `max_pending` at once (beyond that:
 SERVFAIL), so a flood of such queries or a loop cannot exhaust memory. Nothing a client sends stops
-the server: the engine answers FORMERR where a header can be read, and any unexpected error is logged
-and answered SERVFAIL.
+the server: the engine answers FORMERR where a header can be read, and any unexpected error is logged,
+counted as a panic and answered SERVFAIL.
 
 Until `set_view` installs the first complete view, names in the zone get SERVFAIL.
 `check_loops()` probes each upstream with a random name; if the probe comes back to us, that upstream
-forwards to us and is dropped.
+forwards to us and is dropped. With `query_log`, every answer is logged in CoreDNS's `log` format.
 """
 
 from __future__ import annotations
@@ -25,44 +32,78 @@ import logging
 import secrets
 import socket
 import struct
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from dnslib import DNSRecord
 
-from netkit.dns.engine import Engine, Upstream
+from netkit.dns.cache import ForwardCache
+from netkit.dns.engine import Engine, Upstream, cache_key
+from netkit.dns.metrics import rcode_label
 from netkit.dns.names import Name
 from netkit.dns.resolver import REFUSED, SERVFAIL, Rcode, Reply
-from netkit.dns.upstream import Address, Forwarder, is_self
+from netkit.dns.upstream import Address, Forwarder, Limit, Router, is_self
 from netkit.dns.view import View
-from netkit.dns.wire import Query, encode, reply_limit
+from netkit.dns.wire import Query, encode, parse_query, reply_limit
 
 log = logging.getLogger("netkit.dns")
 
 UDP_BATCH = 256
 UDP_RCVBUF = 4 << 20
+TCP_BACKLOG = 1024
 LOOP_PROBE_ZONE = ("netkit-loop-check",)
 HINFO = 13
+QueryLog = Callable[[str], None]
+
+
+class _Conn:
+    """One TCP client: its writer and how many of its queries are still being worked on."""
+
+    __slots__ = ("writer", "busy", "room")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.busy = 0
+        self.room = asyncio.Event()
+        self.room.set()
 
 
 class DnsServer:
-    def __init__(self, engine: Engine, listen: Address, forwarder: Forwarder, *, tcp_idle: float = 10.0,
-                 max_tcp: int = 256, max_pending: int = 1000) -> None:
+    def __init__(self, engine: Engine, listen: Address, forwarder: Forwarder | Router, *, tcp_idle: float = 10.0,
+                 max_tcp: int = 256, tcp_pipeline: int = 64, max_pending: int = 2000,
+                 cache: ForwardCache | None = None, query_log: QueryLog | None = None) -> None:
         self.engine = engine
+        self.metrics = engine.metrics
         self.listen = listen
-        self.forwarder = forwarder
+        self.router = forwarder if isinstance(forwarder, Router) else Router(forwarder)
+        self.forwarder = self.router.default
+        for f in self.router.forwarders:
+            f.counters = self.metrics.proxy  # one set of coredns_proxy_* counters per server
+        self.cache = cache if cache is not None else ForwardCache(engine.metrics)
         self.tcp_idle = tcp_idle
         self.max_tcp = max_tcp
+        self.tcp_pipeline = tcp_pipeline
         self.max_pending = max_pending
+        self.query_log = query_log
         self.address: Address | None = None
         self._udp: socket.socket | None = None
         self._tcp: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._tcp_open = 0
+        self._conns: dict[_Conn, None] = {}  # least recently active first
         self._probes: dict[Name, Address] = {}
+        self.metrics.cache_entries = self._cache_entries
 
     def set_view(self, view: View) -> None:
         self.engine.set_view(view)
+
+    @property
+    def tcp_connections(self) -> int:
+        return len(self._conns)
+
+    def _cache_entries(self) -> tuple[int, int]:
+        s, d = self.cache.counts()
+        return s + self.engine.cached["success"], d + self.engine.cached["denial"]
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -83,6 +124,7 @@ class DnsServer:
             raise OSError(f"cannot bind UDP and TCP on one port at {self.listen.host}")
         self._udp = udp
         self.address = Address(self.listen.host, port)
+        self.engine.family = 2 if udp.family == socket.AF_INET6 else 1
         self._drop_self_upstreams()
         asyncio.get_running_loop().add_reader(udp.fileno(), self._on_udp)
         self._tcp = await asyncio.start_server(self._on_tcp, sock=tcp)
@@ -96,29 +138,30 @@ class DnsServer:
         if self._tcp is not None:
             self._tcp.close()
             self._tcp = None
+        for conn in list(self._conns):
+            conn.writer.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.router.close()
 
     def _drop_self_upstreams(self) -> None:
         assert self.address is not None
-        for up in self.forwarder.upstreams:
-            if is_self(up, [self.address]):
-                log.warning("upstream %s is this server itself: not forwarding to it", up)
-                self.forwarder.looping.add(up)
+        for fwd in self.router.forwarders:
+            for up in fwd.upstreams:
+                if is_self(up, [self.address]):
+                    log.warning("upstream %s is this server itself: not forwarding to it", up)
+                    fwd.looping.add(up)
 
     async def check_loops(self) -> tuple[Address, ...]:
         """Probe every upstream; those that send the probe back to us are dropped. Returns them."""
-        probes: dict[Name, Address] = {
-            (secrets.token_hex(8), *LOOP_PROBE_ZONE): up for up in self.forwarder.usable}
-        self._probes.update(probes)
-        await asyncio.gather(*(self._probe(name, up) for name, up in probes.items()))
+        probes: dict[Name, tuple[Forwarder, Address]] = {
+            (secrets.token_hex(8), *LOOP_PROBE_ZONE): (f, up) for f in self.router.forwarders for up in f.usable}
+        self._probes.update({name: up for name, (_, up) in probes.items()})
+        await asyncio.gather(*(f.ask(up, question_wire(name, HINFO), False) for name, (f, up) in probes.items()))
         for name in probes:
             self._probes.pop(name, None)
-        return tuple(up for up in probes.values() if up in self.forwarder.looping)
-
-    async def _probe(self, name: Name, upstream: Address) -> None:
-        await self.forwarder.ask(upstream, question_wire(name, HINFO), False)
+        return tuple(dict.fromkeys(up for f, up in probes.values() if up in f.looping))
 
     # --- UDP -------------------------------------------------------------------------------------
 
@@ -126,45 +169,86 @@ class DnsServer:
         sock = self._udp
         if sock is None:
             return
+        if self.query_log is not None:
+            self._on_udp_logged(sock)
+            return
         # Hot loop: everything it touches is a local (attribute lookups cost ~40 ns each in CPython)
         # and errors are handled with plain try/except (contextlib.suppress costs ~1 µs a call).
-        engine = self.engine
+        engine, cache = self.engine, self.cache
         recvfrom, sendto, get = sock.recvfrom, sock.sendto, engine.udp_cache.get
         exact_get, remember = engine.udp_exact.get, engine.remember_exact
+        forwarded, fwd_hit = cache.udp, cache.hit
+        hits: list[int] = []
+        count = hits.append
+        started = now = time.monotonic()
+        slow = 0.0
         for _ in range(UDP_BATCH):
             try:
                 data, addr = recvfrom(4096)
             except (BlockingIOError, InterruptedError):
-                return
+                break
             except OSError:
                 continue
             # The fast path, inlined (see Engine.fast): the exact query seen before → one lookup;
-            # else the case-folded question → one find, one lookup, one join (and remembered exactly).
-            rest = exact_get(data[2:])
-            if rest is None:
+            # else the case-folded question → one find, one lookup, one join (and remembered exactly);
+            # else an upstream answer still fresh in the cache.
+            exact = exact_get(data[2:])
+            if exact is None:
                 end = data.find(0, 12)
                 if end > 12:
-                    hit = get(data[2:12] + data[12:end].lower() + data[end:])
+                    key = data[2:12] + data[12:end].lower() + data[end:]
+                    hit = get(key)
                     if hit is not None:
-                        rest = hit[0] + data[12:end] + hit[1]
-                        remember(data[2:], rest)
-            if rest is not None:
+                        exact = (hit[0] + data[12:end] + hit[1], hit[2])
+                        remember(data[2:], exact)
+                    elif forwarded:
+                        entry = fwd_hit(forwarded, key, now)
+                        if entry is not None:
+                            exact = (entry.head + data[12:end] + entry.tail, entry.kind)
+            if exact is not None:
                 try:
-                    sendto(data[:2] + rest, addr)
+                    sendto(data[:2] + exact[0], addr)
                 except OSError:  # a full buffer or a vanished client: the client retries
                     pass
+                count(exact[1])
                 continue
-            self._udp_slow(sock, data, addr)
+            t0 = time.monotonic()
+            self._udp_slow(sock, data, addr, t0)
+            slow += time.monotonic() - t0
+        if hits:
+            self.metrics.batch(hits, max(0.0, time.monotonic() - started - slow))
 
-    def _udp_slow(self, sock: socket.socket, data: bytes, addr: tuple[str, int]) -> None:
-        outcome = self._slow(data, False)
+    def _udp_slow(self, sock: socket.socket, data: bytes, addr: tuple[str, int], started: float) -> None:
+        outcome, query = self._slow(data, False)
         if isinstance(outcome, Upstream):
-            self._spawn(self._udp_upstream(sock, outcome, addr), outcome)
+            self._spawn(self._udp_upstream(sock, outcome, addr, started))
         elif outcome is not None:
             self._send(sock, outcome, addr)
+            self._count(query, data, outcome, False, "kubernetes", "miss", started, addr)
 
-    async def _udp_upstream(self, sock: socket.socket, work: Upstream, addr: tuple[str, int]) -> None:
-        self._send(sock, await self._complete(work), addr)
+    async def _udp_upstream(self, sock: socket.socket, work: Upstream, addr: tuple[str, int], started: float) -> None:
+        out, plugin, cache = await self._complete(work)
+        self._send(sock, out, addr)
+        self._count(work.query, work.data, out, False, plugin, cache, started, addr)
+
+    def _on_udp_logged(self, sock: socket.socket) -> None:
+        """The same answers, one at a time, each timed and logged (the query log is not fast)."""
+        for _ in range(UDP_BATCH):
+            try:
+                data, addr = sock.recvfrom(4096)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                continue
+            started = time.monotonic()
+            hit = self._cached(data, False, started)
+            if hit is None:
+                self._udp_slow(sock, data, addr, started)
+                continue
+            out, kind = hit
+            self._send(sock, out, addr)
+            self.metrics.answered(kind, time.monotonic() - started)
+            self._log(addr, data, out, False, started)
 
     @staticmethod
     def _send(sock: socket.socket, out: bytes, addr: tuple[str, int]) -> None:
@@ -174,43 +258,113 @@ class DnsServer:
     # --- TCP -------------------------------------------------------------------------------------
 
     async def _on_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._tcp_open >= self.max_tcp:
-            writer.close()
+        if len(self._conns) >= self.max_tcp and not self._evict_idle():
+            writer.close()  # every connection is busy: the client retries
             return
-        self._tcp_open += 1
+        conn = _Conn(writer)
+        self._conns[conn] = None
         try:
-            await self._tcp_session(reader, writer)
-        except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
+            await self._tcp_session(conn, reader)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
-            self._tcp_open -= 1
+            self._conns.pop(conn, None)
             writer.close()
 
-    async def _tcp_session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _evict_idle(self) -> bool:
+        """Close the connection idle the longest; False when every connection has queries in flight."""
+        for conn in self._conns:
+            if not conn.busy:
+                del self._conns[conn]
+                conn.writer.close()
+                return True
+        return False
+
+    async def _tcp_session(self, conn: _Conn, reader: asyncio.StreamReader) -> None:
+        peer = conn.writer.get_extra_info("peername") or ("", 0)
         while True:
-            size = struct.unpack("!H", await asyncio.wait_for(reader.readexactly(2), self.tcp_idle))[0]
-            data = await asyncio.wait_for(reader.readexactly(size), self.tcp_idle)
-            out = self.engine.fast(data, True)
-            if out is None:
-                outcome = self._slow(data, True)
-                out = await self._complete(outcome) if isinstance(outcome, Upstream) else outcome
-            if out is None:
+            try:
+                async with asyncio.timeout(self.tcp_idle):
+                    head = await reader.readexactly(2)
+            except TimeoutError:
+                if conn.busy:
+                    continue  # not idle: answers are still coming
+                return
+            async with asyncio.timeout(self.tcp_idle):
+                data = await reader.readexactly(struct.unpack("!H", head)[0])
+            if conn in self._conns:  # most recently active last
+                del self._conns[conn]
+                self._conns[conn] = None
+            if not self._tcp_answer(conn, data, peer):
                 return  # not a query: a TCP stream cannot skip a message, so end it
-            writer.write(struct.pack("!H", len(out)) + out)
-            await writer.drain()
+            if conn.writer.transport.get_write_buffer_size() > 1 << 16:
+                await conn.writer.drain()
+            if conn.busy >= self.tcp_pipeline:
+                conn.room.clear()
+                await conn.room.wait()
+
+    def _tcp_answer(self, conn: _Conn, data: bytes, peer: tuple[str, int]) -> bool:
+        started = time.monotonic()
+        hit = self._cached(data, True, started)
+        if hit is not None:
+            _write(conn, hit[0])
+            self.metrics.answered(hit[1], time.monotonic() - started)
+            if self.query_log is not None:
+                self._log(peer, data, hit[0], True, started)
+            return True
+        outcome, query = self._slow(data, True)
+        if outcome is None:
+            return False
+        if isinstance(outcome, Upstream):
+            conn.busy += 1
+            self._spawn(self._tcp_upstream(conn, outcome, started, peer))
+        else:
+            _write(conn, outcome)
+            self._count(query, data, outcome, True, "kubernetes", "miss", started, peer)
+        return True
+
+    async def _tcp_upstream(self, conn: _Conn, work: Upstream, started: float, peer: tuple[str, int]) -> None:
+        try:
+            out, plugin, cache = await self._complete(work)
+            _write(conn, out)
+            self._count(work.query, work.data, out, True, plugin, cache, started, peer)
+        finally:
+            conn.busy -= 1
+            conn.room.set()
 
     # --- the slow path and the upstream ----------------------------------------------------------
 
-    def _slow(self, data: bytes, tcp: bool) -> bytes | Upstream | None:
+    def _cached(self, data: bytes, tcp: bool, now: float) -> tuple[bytes, int] | None:
+        """A reply from the engine's caches or the upstream cache, with its kind number; None on a miss."""
+        hit = self.engine.lookup(data, tcp)
+        if hit is not None:
+            return hit
+        end = data.find(0, 12)
+        if end <= 12:
+            return None
+        entry = self.cache.hit(self.cache.tcp if tcp else self.cache.udp, cache_key(data, end), now)
+        if entry is None:
+            return None
+        return data[:2] + entry.head + data[12:end] + entry.tail, entry.kind
+
+    def _slow(self, data: bytes, tcp: bool) -> tuple[bytes | Upstream | None, Query | None]:
         try:
-            return self.engine.slow(data, tcp)
+            return self.engine.slow_query(data, tcp)
         except Exception:  # a bug must cost one answer, never the server
             log.exception("failed to answer a query")
+            self.metrics.panics += 1
             if len(data) < 12:
-                return None
-            return data[:2] + bytes([0x80 | (data[2] & 0x01), 0x80 | Rcode.SERVFAIL]) + bytes(8)
+                return None, None
+            return data[:2] + bytes([0x80 | (data[2] & 0x01), 0x80 | Rcode.SERVFAIL]) + bytes(8), None
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], work: Upstream) -> None:
+    def _count(self, query: Query | None, data: bytes, out: bytes, tcp: bool, plugin: str, cache: str,
+               started: float, peer: tuple[str, int]) -> None:
+        kind = self.engine.kind(query, len(data), out, tcp, plugin, cache)
+        self.metrics.answered(kind, time.monotonic() - started)
+        if self.query_log is not None:
+            self._log(peer, data, out, tcp, started)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         if len(self._tasks) >= self.max_pending:
             coro.close()
             log.warning("too many queries waiting for the upstream: dropping one")
@@ -219,32 +373,116 @@ class DnsServer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _complete(self, work: Upstream) -> bytes:
+    async def _complete(self, work: Upstream) -> tuple[bytes, str, str]:
+        """The reply for work that needs the upstream, the plugin that made it and its cache status."""
         q = work.query
         limit = reply_limit(q.edns, work.tcp)
         looped = self._probes.get(q.name)
         if looped is not None:
             log.error("upstream %s forwards to this server (loop): not forwarding to it", looped)
-            self.forwarder.looping.add(looped)
-            return encode(q, REFUSED, limit)
+            for f in self.router.forwarders:
+                if looped in f.upstreams:
+                    f.looping.add(looped)
+            return encode(q, REFUSED, limit), "forward", "miss"
         try:
             if work.reply.forward:
-                out = await self.forwarder.exchange(work.data, work.tcp)
-                return out if out is not None else encode(q, SERVFAIL, limit)
-            return await self._chase(q, work.reply, limit, work.tcp)
+                return await self._forward(work, limit)
+            return await self._chase(q, work.reply, limit, work.tcp), "kubernetes", "miss"
         except Exception:
             log.exception("upstream exchange failed")
-            return encode(q, SERVFAIL, limit)
+            self.metrics.panics += 1
+            return encode(q, SERVFAIL, limit), "forward", "miss"
+
+    async def _forward(self, work: Upstream, limit: int) -> tuple[bytes, str, str]:
+        q = work.query
+        out, cached = await self._exchange(work.data, q, work.tcp)
+        if isinstance(out, Limit):
+            return encode(q, REFUSED, limit), "forward", "miss"
+        if out is None:
+            log.warning("[ERROR] plugin/errors: 2 %s %s: no upstream answered", _text(q.raw_name), q.qtype)
+            return encode(q, SERVFAIL, limit), "forward", "miss"
+        return out, ("cache" if cached else "forward"), (cached or "miss")
+
+    async def _exchange(self, data: bytes, q: Query, tcp: bool) -> tuple[bytes | Limit | None, str]:
+        """The upstream's reply to `data` (a query for `q`), from the cache when it is there and fresh.
+        Also the cache type of a hit ("success" | "denial"), "" when it came from the upstream."""
+        end = 12 + len(q.raw_name) - 1
+        keyed = data.find(0, 12) == end and end > 12
+        key = cache_key(data, end) if keyed else b""
+        entries = self.cache.tcp if tcp else self.cache.udp
+        if keyed:
+            entry = self.cache.hit(entries, key, time.monotonic())
+            if entry is not None:
+                return data[:2] + entry.head + data[12:end] + entry.tail, entry.type
+        out = await self.router.forwarder_for(q.name).exchange(data, tcp)
+        if keyed and isinstance(out, bytes):
+            out = self.cache.put(key, out, end, tcp, time.monotonic(), len(data), self.engine.family,
+                                 bool(q.edns is not None and q.edns.do))
+        return out, ""
 
     async def _chase(self, q: Query, reply: Reply, limit: int, tcp: bool) -> bytes:
-        """Resolve an ExternalName's target upstream and append what it finds to the CNAME."""
+        """Resolve an ExternalName's target upstream and add what it finds: its records after the
+        CNAME, the SOA of its NXDOMAIN or NODATA, and its TC bit."""
         assert reply.chase is not None
-        out = await self.forwarder.exchange(question_wire(reply.chase, q.qtype), tcp)
+        wire = question_wire(reply.chase, q.qtype)
+        target = parse_query(wire)
+        assert isinstance(target, Query)
+        out, _ = await self._exchange(wire, target, tcp)
+        if isinstance(out, Limit):
+            return encode(q, REFUSED, limit)
         if out is None:
             return encode(q, SERVFAIL, limit)
         found = DNSRecord.parse(out)
         merged = Reply(Rcode(found.header.rcode), reply.answer, authoritative=False)
-        return encode(q, merged, limit, extra=found.rr)
+        return encode(q, merged, limit, extra=found.rr, extra_authority=() if found.rr else found.auth,
+                      truncated=bool(found.header.tc))
+
+    # --- the query log ---------------------------------------------------------------------------
+
+    def _log(self, peer: tuple[str, int], data: bytes, out: bytes, tcp: bool, started: float) -> None:
+        assert self.query_log is not None
+        self.query_log(log_line(peer, data, out, tcp, time.monotonic() - started))
+
+
+def _write(conn: _Conn, out: bytes) -> None:
+    if not conn.writer.is_closing():
+        conn.writer.write(struct.pack("!H", len(out)) + out)
+
+
+def _text(raw_name: bytes) -> str:
+    labels, pos = [], 0
+    while pos < len(raw_name) and raw_name[pos]:
+        labels.append(raw_name[pos + 1:pos + 1 + raw_name[pos]].decode("latin-1"))
+        pos += 1 + raw_name[pos]
+    return ".".join(labels) + "."
+
+
+_TYPES = {1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 15: "MX", 16: "TXT", 28: "AAAA", 33: "SRV",
+          41: "OPT", 43: "DS", 48: "DNSKEY", 65: "HTTPS", 251: "IXFR", 252: "AXFR", 255: "ANY"}
+_CLASSES = {1: "IN", 3: "CH", 4: "HS", 254: "NONE", 255: "ANY"}
+_FLAGS = ((0x8000, "qr"), (0x0400, "aa"), (0x0200, "tc"), (0x0100, "rd"), (0x0080, "ra"), (0x0020, "ad"),
+          (0x0010, "cd"))
+
+
+def log_line(peer: tuple[str, int], data: bytes, out: bytes, tcp: bool, seconds: float) -> str:
+    """CoreDNS's log plugin, default format: `{remote}:{port} - {>id} "{type} {class} {name} {proto}
+    {size} {>do} {>bufsize}" {rcode} {>rflags} {rsize} {duration}`."""
+    host, port = peer[0], peer[1]
+    remote = f"[{host}]" if ":" in host else host
+    parsed = parse_query(data)
+    qid = struct.unpack_from("!H", data)[0] if len(data) >= 2 else 0
+    if isinstance(parsed, Query):
+        qtype = _TYPES.get(parsed.qtype, f"TYPE{parsed.qtype}")
+        qclass = _CLASSES.get(parsed.qclass, f"CLASS{parsed.qclass}")
+        name, do = _text(parsed.raw_name), parsed.edns is not None and parsed.edns.do
+        bufsize = parsed.edns.udp_size if parsed.edns is not None else 512
+    else:
+        qtype, qclass, name, do, bufsize = "-", "-", "-", False, 512
+    flags = struct.unpack_from("!H", out, 2)[0] if len(out) >= 4 else 0
+    rflags = ",".join(n for bit, n in _FLAGS if flags & bit)
+    duration = f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
+    return (f'[INFO] {remote}:{port} - {qid} "{qtype} {qclass} {name} {"tcp" if tcp else "udp"} {len(data)} '
+            f'{"true" if do else "false"} {bufsize}" {rcode_label(flags & 0xF)} {rflags} {len(out)} {duration}')
 
 
 def question_wire(name: Name, qtype: int) -> bytes:
@@ -271,7 +509,7 @@ def _tcp_socket(addr: Address) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((addr.host, addr.port))
-        sock.listen(128)
+        sock.listen(TCP_BACKLOG)
         sock.setblocking(False)
     except OSError:
         sock.close()

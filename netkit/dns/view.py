@@ -143,6 +143,7 @@ def _unique(ports: Iterable[Port]) -> tuple[Port, ...]:
 
 
 def _namespaces(objects: Objects) -> Iterable[str]:
+    yield from (n.name for n in objects.namespaces)
     yield from (s.ref.namespace for s in objects.services)
     yield from (s.ref.namespace for s in objects.slices)
     yield from (p.ref.namespace for p in objects.pods)

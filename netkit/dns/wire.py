@@ -40,6 +40,7 @@ OPCODE_MASK = 0x7800
 class Edns:
     udp_size: int
     version: int
+    do: bool = False  # DNSSEC OK
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +144,7 @@ def _read_additional(data: bytes, pos: int, count: int) -> tuple[Edns | None, bo
             if edns is not None or data[name_start] != 0:
                 raise _Malformed("a second OPT, or an OPT not at the root")
             _check_options(data, pos - rdlen, pos)
-            edns = Edns(max(512, rclass), (ttl >> 16) & 0xFF)
+            edns = Edns(max(512, rclass), (ttl >> 16) & 0xFF, bool(ttl & 0x8000))
             plain = plain and rdlen == 0
         else:
             plain = False
@@ -212,10 +213,14 @@ def to_rr(rec: Record) -> RR:
     return RR(_label(rec.name), int(rec.rtype), 1, rec.ttl, _rdata(rec))
 
 
-def encode(query: Query, reply: Reply, limit: int, extra: Sequence[RR] = ()) -> bytes:
-    """The reply to `query`; `extra` are upstream records appended to the answer (a chased CNAME)."""
+def encode(query: Query, reply: Reply, limit: int, extra: Sequence[RR] = (), extra_authority: Sequence[RR] = (),
+           truncated: bool = False) -> bytes:
+    """The reply to `query`. A chased CNAME brings the upstream's records: `extra` are appended to the
+    answer, `extra_authority` (the SOA of its NXDOMAIN or NODATA) to the authority, and `truncated`
+    keeps the upstream's TC bit."""
     answer = [to_rr(r) for r in reply.answer] + list(extra)
-    sections = (answer, [to_rr(r) for r in reply.authority], [to_rr(r) for r in reply.additional])
+    authority = [to_rr(r) for r in reply.authority] + list(extra_authority)
+    sections = (answer, authority, [to_rr(r) for r in reply.additional])
     buf = _Buffer(b"\x00" * HEADER.size)
     buf.offset = HEADER.size
     buf.encode_name(DNSLabel(_raw_labels(query.raw_name)))
@@ -227,7 +232,7 @@ def encode(query: Query, reply: Reply, limit: int, extra: Sequence[RR] = ()) -> 
     opt = _opt(query.edns, reply.rcode)
     kept = _fitting(ends, limit - len(opt))
     counts = _counts([len(s) for s in sections], kept)
-    cut = kept < len(answer) + len(sections[1])
+    cut = truncated or kept < len(answer) + len(sections[1])
     flags = _flags(query.flags, reply.rcode, reply.authoritative, cut)
     header = HEADER.pack(query.id, flags, 1, counts[0], counts[1], counts[2] + (1 if opt else 0))
     return header + bytes(buf.data[HEADER.size:ends[kept]]) + opt

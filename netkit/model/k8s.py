@@ -30,6 +30,7 @@ from netkit.model.types import (
     IPFamily,
     IPNetwork,
     KubeObject,
+    Namespace,
     Node,
     ObjectRef,
     Pod,
@@ -507,12 +508,17 @@ def _pod(r: _Reader, doc: Mapping[str, Any]) -> list[KubeObject]:
     return [Pod(ref, ips, r.string(spec.get("nodeName"), "spec.nodeName"))]
 
 
+def _namespace(r: _Reader, doc: Mapping[str, Any]) -> list[KubeObject]:
+    return [Namespace(_ref(r, doc, namespaced=False, label=True).name)]
+
+
 _DECODERS = {
     "Service": _service,
     "EndpointSlice": _endpoint_slice,
     "Endpoints": _legacy_endpoints,
     "Node": _node,
     "Pod": _pod,
+    "Namespace": _namespace,
 }
 
 

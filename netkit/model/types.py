@@ -196,7 +196,18 @@ class Pod:
     node_name: str | None = None
 
 
-KubeObject = Service | EndpointSlice | Node | Pod
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """Only its name: cluster DNS answers NODATA (not NXDOMAIN) for a namespace that exists."""
+
+    name: str
+
+    @property
+    def ref(self) -> ObjectRef:
+        return ObjectRef("", self.name)
+
+
+KubeObject = Service | EndpointSlice | Node | Pod | Namespace
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +218,7 @@ class Objects:
     slices: tuple[EndpointSlice, ...] = ()
     nodes: tuple[Node, ...] = ()
     pods: tuple[Pod, ...] = ()
+    namespaces: tuple[Namespace, ...] = ()
 
     @staticmethod
     def of(objs: list[KubeObject] | tuple[KubeObject, ...]) -> Objects:
@@ -215,4 +227,5 @@ class Objects:
             slices=tuple(o for o in objs if isinstance(o, EndpointSlice)),
             nodes=tuple(o for o in objs if isinstance(o, Node)),
             pods=tuple(o for o in objs if isinstance(o, Pod)),
+            namespaces=tuple(o for o in objs if isinstance(o, Namespace)),
         )

@@ -12,6 +12,10 @@ Theory of operation. `KubeSource.run()` connects (`connect`: in-cluster config w
 | this Node       | field `metadata.name=<node>` (its labels carry the topology zone)          |
 | Pods (optional) | none (for cluster DNS pod records)                                         |
 
+`netkit dns` (`dns=True`) watches like CoreDNS's `kubernetes` plugin instead: every Service and every
+EndpointSlice (no selectors: headless services and services of other proxies need names too), the
+Namespaces (an existing namespace without services is NODATA, not NXDOMAIN), and Pods only when asked.
+
 These are kube-proxy's own selectors, so netkit programs exactly the services kube-proxy would. Every
 reflector delivers into one `Store`; the source marks itself synced in the store when every reflector
 has completed its first list, and only then may rules be written. A discovery failure is retried with
@@ -119,15 +123,18 @@ class WatchSpec:
     field_selector: str = ""
 
 
-def watch_plan(node_name: str, *, endpoint_slices: bool, pods: bool = False) -> tuple[WatchSpec, ...]:
-    """kube-proxy's watches (pure: the table in the module docstring)."""
-    plan = [WatchSpec("services", "Service", "CoreV1Api.list_service_for_all_namespaces", SERVICE_SELECTOR)]
+def watch_plan(node_name: str, *, endpoint_slices: bool, pods: bool = False,
+               dns: bool = False) -> tuple[WatchSpec, ...]:
+    """kube-proxy's watches, or cluster DNS's (pure: the table in the module docstring)."""
+    services, endpoints = ("", "") if dns else (SERVICE_SELECTOR, ENDPOINTS_SELECTOR)
+    plan = [WatchSpec("services", "Service", "CoreV1Api.list_service_for_all_namespaces", services)]
     if endpoint_slices:
         plan.append(WatchSpec("endpointslices", "EndpointSlice",
-                              "DiscoveryV1Api.list_endpoint_slice_for_all_namespaces", ENDPOINTS_SELECTOR))
+                              "DiscoveryV1Api.list_endpoint_slice_for_all_namespaces", endpoints))
     else:
-        plan.append(WatchSpec("endpoints", "Endpoints", "CoreV1Api.list_endpoints_for_all_namespaces",
-                              ENDPOINTS_SELECTOR))
+        plan.append(WatchSpec("endpoints", "Endpoints", "CoreV1Api.list_endpoints_for_all_namespaces", endpoints))
+    if dns:
+        plan.append(WatchSpec("namespaces", "Namespace", "CoreV1Api.list_namespace"))
     if node_name:
         plan.append(WatchSpec("nodes", "Node", "CoreV1Api.list_node", field_selector=f"metadata.name={node_name}"))
     if pods:
@@ -168,8 +175,9 @@ class KubeSource:
     name = "kubernetes"
 
     def __init__(self, settings: ApiSettings, store: Store, *, node_name: str = "", pods: bool = False,
-                 options: ReflectorOptions | None = None, rng: random.Random | None = None) -> None:
-        self.settings, self.store, self.node_name, self.pods = settings, store, node_name, pods
+                 dns: bool = False, options: ReflectorOptions | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.settings, self.store, self.node_name, self.pods, self.dns = settings, store, node_name, pods, dns
         self.options = options or ReflectorOptions()
         self.reflectors: list[Reflector] = []
         self.endpoint_slices: bool | None = None  # decided by discovery in run()
@@ -181,7 +189,7 @@ class KubeSource:
         api = await connect(self.settings)
         try:
             self.endpoint_slices = await self._discover(api)
-            plan = watch_plan(self.node_name, endpoint_slices=self.endpoint_slices, pods=self.pods)
+            plan = watch_plan(self.node_name, endpoint_slices=self.endpoint_slices, pods=self.pods, dns=self.dns)
             log.info("watching %s", ", ".join(s.resource for s in plan))
             self._pending_sync = {s.resource for s in plan}
             self.reflectors = [

@@ -40,14 +40,14 @@ Origin = Hashable
 
 @dataclass(frozen=True, slots=True, order=True)
 class ObjectKey:
-    kind: str  # "Service", "EndpointSlice", "Node" or "Pod"
+    kind: str  # "Service", "EndpointSlice", "Node", "Pod" or "Namespace"
     ref: ObjectRef  # namespace "" for nodes
 
     def __str__(self) -> str:
         return f"{self.kind} {self.ref}" if self.ref.namespace else f"{self.kind} {self.ref.name}"
 
 
-_KINDS = ("Service", "EndpointSlice", "Node", "Pod")
+_KINDS = ("Service", "EndpointSlice", "Node", "Pod", "Namespace")
 
 
 def key_of(obj: KubeObject) -> ObjectKey:
@@ -136,7 +136,8 @@ class Store:
             self._snapshot = Objects(services=self._kind("Service"),  # type: ignore[arg-type]
                                      slices=self._kind("EndpointSlice"),  # type: ignore[arg-type]
                                      nodes=self._kind("Node"),  # type: ignore[arg-type]
-                                     pods=self._kind("Pod"))  # type: ignore[arg-type]
+                                     pods=self._kind("Pod"),  # type: ignore[arg-type]
+                                     namespaces=self._kind("Namespace"))  # type: ignore[arg-type]
         return self._snapshot
 
     def get(self, key: ObjectKey) -> KubeObject | None:

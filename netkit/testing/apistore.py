@@ -56,6 +56,7 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "endpoints", "Endpoints", True, ("ep",)),
     Resource("", "v1", "nodes", "Node", False, ("no",)),
     Resource("", "v1", "pods", "Pod", True, ("po",)),
+    Resource("", "v1", "namespaces", "Namespace", False, ("ns",)),
     Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, ()),
     # stored only, so kubectl can create the daemon's own deployment manifests (deploy/)
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),

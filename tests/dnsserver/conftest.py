@@ -12,14 +12,15 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from dnslib import PTR, QTYPE, RR, A, DNSRecord
+from dnslib import PTR, QTYPE, RR, SOA, A, DNSRecord
 
 from netkit.dns.engine import Engine
 from netkit.dns.server import DnsServer
-from netkit.dns.upstream import Address, Forwarder
+from netkit.dns.upstream import Address, Forwarder, Router
 from netkit.dns.view import Options, View
 
 T = TypeVar("T")
+NO_HTTP = ("--metrics-listen", "", "--health-listen", "", "--ready-listen", "")  # no fixed ports in tests
 
 
 class LoopThread:
@@ -47,9 +48,11 @@ class LoopThread:
 class Running:
     """A DnsServer on 127.0.0.1 and the loop it runs in."""
 
-    def __init__(self, options: Options, upstreams: list[Address], timeout: float, port: int = 0) -> None:
+    def __init__(self, options: Options, upstreams: list[Address], timeout: float, port: int = 0,
+                 forwarder: Forwarder | Router | None = None, **server: Any) -> None:
         self.lt = LoopThread()
-        self.server = DnsServer(Engine(options), Address("127.0.0.1", port), Forwarder(upstreams, timeout))
+        self.server = DnsServer(Engine(options), Address("127.0.0.1", port),
+                                forwarder if forwarder is not None else Forwarder(upstreams, timeout), **server)
         self.address = self.lt.call(self.server.start())
         self.port = self.address.port
 
@@ -66,8 +69,8 @@ def start_server() -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
 
     def start(view: View | None = None, upstreams: list[Address] | None = None, timeout: float = 0.5,
-              port: int = 0, options: Options | None = None) -> Running:
-        r = Running(options or (view.options if view else Options()), upstreams or [], timeout, port)
+              port: int = 0, options: Options | None = None, **server: Any) -> Running:
+        r = Running(options or (view.options if view else Options()), upstreams or [], timeout, port, **server)
         started.append(r)
         if view is not None:
             r.set_view(view)
@@ -82,14 +85,17 @@ class TestUpstream:
     """A loopback resolver for forwarding tests.
 
     *.example.com A → 192.0.2.1 (and counts the queries); silent.example.com → no reply;
-    big.example.com A → 60 records (TC over UDP without EDNS); 9.9.9.9 PTR → nine.example.com;
-    other names → NXDOMAIN. With `forward_to`, it forwards every query there instead (a loop).
+    slow.example.com A → 192.0.2.9 after `delay` seconds; big.example.com A → 60 records (TC over UDP
+    without EDNS); 9.9.9.9 PTR → nine.example.com; other names → NXDOMAIN with an SOA (minimum 60).
+    With `forward_to`, it forwards every query there instead (a loop); with `mute`, it answers nothing
+    (a dead upstream that still counts what it receives). Listens on `host` (any 127.0.0.x).
     """
 
     __test__ = False
 
-    def __init__(self, forward_to: tuple[str, int] | None = None) -> None:
-        self.forward_to = forward_to
+    def __init__(self, forward_to: tuple[str, int] | None = None, *, host: str = "127.0.0.1",
+                 mute: bool = False, delay: float = 1.0) -> None:
+        self.forward_to, self.host, self.mute, self.delay = forward_to, host, mute, delay
         self.seen: list[str] = []
         self.lt = LoopThread()
         self.port = self.lt.call(self._start())
@@ -97,10 +103,10 @@ class TestUpstream:
     async def _start(self) -> int:
         loop = asyncio.get_running_loop()
         for _ in range(20):  # a free UDP port whose TCP twin is free too
-            transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), local_addr=("127.0.0.1", 0))
+            transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), local_addr=(self.host, 0))
             port: int = transport.get_extra_info("sockname")[1]
             try:
-                self.tcp = await asyncio.start_server(self._tcp, "127.0.0.1", port)
+                self.tcp = await asyncio.start_server(self._tcp, self.host, port)
             except OSError:
                 transport.close()
                 continue
@@ -110,13 +116,16 @@ class TestUpstream:
 
     @property
     def address(self) -> Address:
-        return Address("127.0.0.1", self.port)
+        return Address(self.host, self.port)
+
+    def count(self, name: str) -> int:
+        return self.seen.count(name)
 
     def answer(self, data: bytes, tcp: bool) -> bytes | None:
         q = DNSRecord.parse(data)
         name = str(q.q.qname).lower()
         self.seen.append(name)
-        if name.startswith("silent."):
+        if name.startswith("silent.") or self.mute:
             return None
         r = q.reply()
         if name == "big.example.com.":
@@ -126,12 +135,15 @@ class TestUpstream:
             if not tcp and len(packed) > 512:
                 r = q.reply()
                 r.header.tc = 1
+        elif name == "slow.example.com.":
+            r.add_answer(RR(q.q.qname, QTYPE.A, ttl=60, rdata=A("192.0.2.9")))
         elif name.endswith("example.com.") and q.q.qtype == QTYPE.A:
             r.add_answer(RR(q.q.qname, QTYPE.A, ttl=60, rdata=A("192.0.2.1")))
         elif name == "9.9.9.9.in-addr.arpa." and q.q.qtype == QTYPE.PTR:
             r.add_answer(RR(q.q.qname, QTYPE.PTR, ttl=60, rdata=PTR("nine.example.com.")))
-        elif not name.endswith("example.com."):
+        elif not name.endswith("example.com.") and name != ".":
             r.header.rcode = 3
+            r.add_auth(RR("test.", QTYPE.SOA, ttl=60, rdata=SOA("ns.test.", "admin.test.", (1, 7200, 1800, 86400, 60))))
         out: bytes = r.pack()
         return out
 
@@ -166,7 +178,11 @@ class _Udp(asyncio.DatagramProtocol):
             self.transport.sendto(data, self.up.forward_to)  # a forwarder that forwards back: a loop
             return
         out = self.up.answer(data, False)
-        if out is not None:
+        if out is None:
+            return
+        if b"\x04slow" in data[12:18]:
+            asyncio.get_running_loop().call_later(self.up.delay, self.transport.sendto, out, addr)
+        else:
             self.transport.sendto(out, addr)
 
 

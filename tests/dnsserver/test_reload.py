@@ -15,7 +15,7 @@ import dns.rcode
 import pytest
 
 from tests.conftest import ROOT
-from tests.dnsserver.conftest import free_port
+from tests.dnsserver.conftest import NO_HTTP, free_port
 
 Z = ".svc.cluster.local."
 
@@ -35,7 +35,7 @@ def served(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     dead = free_port()  # the upstream: nothing there, so no query leaves loopback
     proc = subprocess.Popen(
         [sys.executable, "-m", "netkit", "dns", "-f", str(tmp_path), "--listen", f"127.0.0.1:{port}",
-         "--upstream", f"127.0.0.1:{dead}", "--upstream-timeout", "0.2"],
+         "--upstream", f"127.0.0.1:{dead}", "--upstream-timeout", "0.2", *NO_HTTP],
         cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: rcode(port, f"alpha.default{Z}") == dns.rcode.NOERROR)

@@ -155,6 +155,9 @@ def test_no_view_yet_is_servfail_in_the_zone_never_nxdomain() -> None:
     assert ask(None, "nowhere.svc.cluster.local.", "A").rcode is Rcode.SERVFAIL
     assert ask(None, "10.0.96.10.in-addr.arpa.", "PTR").rcode is Rcode.SERVFAIL
     assert ask(None, "example.com.", "A").forward
+    soa = ask(None, f"web.default{Z}", "A").authority
+    assert [str(r) for r in soa] == [
+        "cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 0 7200 1800 86400 30"]
 
 
 @pytest.mark.parametrize("qtype", ["AXFR", "IXFR"])

@@ -1,0 +1,183 @@
+"""The cache of upstream answers, like CoreDNS's `cache 30` in kubeadm's Corefile (pure: `now` is passed in).
+
+What is kept: replies from the upstream (forwarded names, and the upstream half of an ExternalName
+chase) with rcode NOERROR (with records: *success*; empty: *denial*, NODATA) or NXDOMAIN (*denial*),
+never a truncated reply, SERVFAIL or a reply that cannot be read. How long: CoreDNS's rules — the
+smallest TTL of the records (for a denial, of the authority section's; 5 s when there is none),
+clamped to [min_ttl, max_ttl] (5 and 30). A hit is served with every TTL set to what remains, as
+CoreDNS does; the TTL bytes are rewritten at most once per second per entry.
+
+Keys are the engine's: the query without its ID, with the question name lower-cased, so a hit is
+`id + head + question name as asked + tail` (the upstream echoes the question, and every later name
+that repeats it is a pointer to it). UDP and TCP answers are kept apart (a TCP answer may be larger
+than a UDP client can take). Memory is bounded twice: `capacity` entries (CoreDNS: 9,984 per type)
+and `max_bytes` of reply bytes; beyond either the oldest entries go, counted as evictions.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from netkit.dns.metrics import CacheCounters, DnsMetrics, Kind, rcode_label, type_label
+
+MAX_TTL, MIN_TTL, DEFAULT_DENIAL_TTL = 30, 5, 5
+CAPACITY = 9984
+MAX_BYTES = 32 << 20
+OPT, SOA = 41, 6
+NOERROR, NXDOMAIN = 0, 3
+
+
+class Entry:
+    __slots__ = ("head", "tail", "kind", "stored", "expires", "ttl", "age", "offsets", "type")
+
+    def __init__(self, head: bytes, tail: bytearray, kind: int, stored: float, ttl: int,
+                 offsets: tuple[int, ...], type_: str) -> None:
+        self.head, self.tail, self.kind = head, tail, kind
+        self.stored, self.ttl, self.expires = stored, ttl, stored + ttl
+        self.age = -1
+        self.offsets = offsets  # where the TTLs are in `tail`
+        self.type = type_  # "success" | "denial"
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    rcode: int
+    truncated: bool
+    answers: int
+    ttl_offsets: tuple[int, ...]  # absolute offsets of every TTL but the OPT record's
+    min_ttl: int | None  # over answer + authority + additional (success)
+    min_authority_ttl: int | None  # over authority (denial)
+
+
+def parse_reply(reply: bytes) -> Parsed | None:
+    """The parts of an upstream reply the cache needs; None when it cannot be walked."""
+    try:
+        _, flags, qd, an, ns, ar = struct.unpack_from("!HHHHHH", reply)
+        pos = 12
+        for _ in range(qd):
+            pos = _skip_name(reply, pos) + 4
+        offsets, ttls, auth_ttls = [], [], []
+        for i in range(an + ns + ar):
+            pos = _skip_name(reply, pos)
+            rtype, _, ttl, rdlen = struct.unpack_from("!HHIH", reply, pos)
+            if rtype != OPT:
+                offsets.append(pos + 4)
+                ttls.append(ttl)
+                if an <= i < an + ns:
+                    auth_ttls.append(min(ttl, _soa_minimum(reply, pos + 10, rdlen)) if rtype == SOA else ttl)
+            pos += 10 + rdlen
+        if pos != len(reply):
+            return None
+    except (struct.error, IndexError, ValueError):
+        return None
+    return Parsed(flags & 0xF, bool(flags & 0x0200), an, tuple(offsets), min(ttls) if ttls else None,
+                  min(auth_ttls) if auth_ttls else None)
+
+
+def _skip_name(data: bytes, pos: int) -> int:
+    while True:
+        n = data[pos]
+        if n == 0:
+            return pos + 1
+        if n & 0xC0 == 0xC0:
+            if pos + 2 > len(data):
+                raise ValueError("pointer cut short")
+            return pos + 2
+        if n & 0xC0:
+            raise ValueError("bad label")
+        pos += 1 + n
+
+
+def _soa_minimum(reply: bytes, rdata: int, rdlen: int) -> int:
+    minimum: int = struct.unpack_from("!I", reply, rdata + rdlen - 4)[0]
+    return minimum
+
+
+class ForwardCache:
+    def __init__(self, metrics: DnsMetrics, *, max_ttl: int = MAX_TTL, min_ttl: int = MIN_TTL,
+                 capacity: int = CAPACITY, max_bytes: int = MAX_BYTES) -> None:
+        self.metrics = metrics
+        self.counters: CacheCounters = metrics.cache
+        self.max_ttl, self.min_ttl = max_ttl, min(min_ttl, max_ttl)
+        self.capacity, self.max_bytes = capacity, max_bytes
+        self.udp: dict[bytes, Entry] = {}
+        self.tcp: dict[bytes, Entry] = {}
+        self.bytes = 0
+        self.entries = {"success": 0, "denial": 0}
+
+    def hit(self, entries: dict[bytes, Entry], key: bytes, now: float) -> Entry | None:
+        """The live entry for `key`, its TTLs brought up to date; an expired one is dropped."""
+        e = entries.get(key)
+        if e is None:
+            return None
+        if now >= e.expires:
+            self._drop(entries, key, e)
+            return None
+        age = int(now - e.stored)
+        if age != e.age:
+            remaining = struct.pack("!I", max(0, e.ttl - age))
+            tail = e.tail
+            for off in e.offsets:
+                tail[off:off + 4] = remaining
+            e.age = age
+        return e
+
+    def put(self, key: bytes, reply: bytes, name_end: int, tcp: bool, now: float, request_size: int,
+            family: int, do: bool) -> bytes:
+        """Keep `reply` (with its ID) to the query whose key is `key`; its question name ends at `name_end`.
+        Returns the reply to send: with the TTLs the cache will serve (CoreDNS caps the first answer too)."""
+        if self.capacity <= 0:
+            return reply
+        parsed = parse_reply(reply)
+        if parsed is None:
+            self.counters.drops += 1
+            return reply
+        if parsed.truncated or parsed.rcode not in (NOERROR, NXDOMAIN):
+            return reply
+        success = parsed.rcode == NOERROR and parsed.answers > 0
+        ttl = parsed.min_ttl if success else parsed.min_authority_ttl
+        ttl = max(self.min_ttl, min(self.max_ttl, DEFAULT_DENIAL_TTL if ttl is None else ttl))
+        type_ = "success" if success else "denial"
+        qtype = struct.unpack_from("!H", reply, name_end + 1)[0] if len(reply) >= name_end + 3 else 0
+        kind = self.metrics.kind(Kind("tcp" if tcp else "udp", family, type_label(qtype), rcode_label(parsed.rcode),
+                                      "cache", type_, do, request_size, len(reply)))
+        tail = bytearray(reply[name_end:])
+        offsets = tuple(o - name_end for o in parsed.ttl_offsets)
+        packed = struct.pack("!I", ttl)
+        for off in offsets:
+            tail[off:off + 4] = packed
+        entries = self.tcp if tcp else self.udp
+        old = entries.pop(key, None)
+        if old is not None:
+            self._forget(old)
+        entry = entries[key] = Entry(reply[2:12], tail, kind, now, ttl, offsets, type_)
+        entry.age = 0
+        self.bytes += len(tail) + 10
+        self.entries[type_] += 1
+        self._bound()
+        return reply[:name_end] + bytes(tail)
+
+    def clear(self) -> None:
+        self.udp.clear()
+        self.tcp.clear()
+        self.bytes = 0
+        self.entries = {"success": 0, "denial": 0}
+
+    def counts(self) -> tuple[int, int]:
+        return self.entries["success"], self.entries["denial"]
+
+    def _bound(self) -> None:
+        while len(self.udp) + len(self.tcp) > self.capacity or self.bytes > self.max_bytes:
+            entries = self.udp if len(self.udp) >= len(self.tcp) else self.tcp
+            key, e = next(iter(entries.items()))
+            self._drop(entries, key, e)
+            self.counters.evictions[e.type] += 1
+
+    def _drop(self, entries: dict[bytes, Entry], key: bytes, e: Entry) -> None:
+        del entries[key]
+        self._forget(e)
+
+    def _forget(self, e: Entry) -> None:
+        self.bytes -= len(e.tail) + 10
+        self.entries[e.type] -= 1

@@ -1,0 +1,204 @@
+"""`netkit dns --master URL` as a user runs it, fed by the test API server: SERVFAIL (with the SOA) and
+/ready 503 until the first list, changes resolvable within a second, CoreDNS's metrics, /health, and
+the query log in CoreDNS's format."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import dns.exception
+import dns.message
+import dns.query
+import dns.rcode
+import dns.rdatatype
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from netkit.dns.metrics import COREDNS_METRICS
+from netkit.testing.apiserver import TestApiServer
+from tests.conftest import ROOT
+from tests.dnsserver.conftest import LoopThread, TestUpstream, free_port
+
+Z = ".svc.cluster.local."
+
+
+def service(name: str, ip: str, ns: str = "default") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+            "spec": {"clusterIP": ip, "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}
+
+
+def headless_slice(svc: str, ips: list[str]) -> dict[str, Any]:
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": f"{svc}-1", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": svc, "service.kubernetes.io/headless": ""}},
+            "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in ips]}
+
+
+class Api:
+    """The test API server in its own loop thread; `create`/`delete` run there."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.lt = LoopThread()
+        self.srv = TestApiServer(port=port)
+
+    def start(self) -> None:
+        self.lt.call(self.srv.start())
+
+    @property
+    def url(self) -> str:
+        return self.srv.url
+
+    def create(self, obj: dict[str, Any]) -> None:
+        self.lt.run(lambda: self.srv.store.create(obj))
+
+    def delete(self, resource: str, ns: str, name: str) -> None:
+        from netkit.testing.apistore import RESOURCES
+        res = next(r for r in RESOURCES if r.plural == resource)
+        self.lt.run(lambda: self.srv.store.delete(res, ns, name))
+
+    def close(self) -> None:
+        self.lt.call(self.srv.stop())
+        self.lt.stop()
+
+
+class NetkitDns:
+    def __init__(self, master: str, *args: str) -> None:
+        self.port, self.metrics, self.health, self.ready = (free_port() for _ in range(4))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "netkit", "dns", "--master", master, "--listen", f"127.0.0.1:{self.port}",
+             "--metrics-listen", f"127.0.0.1:{self.metrics}", "--health-listen", f"127.0.0.1:{self.health}",
+             "--ready-listen", f"127.0.0.1:{self.ready}", *args],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ask(self, name: str, qtype: str = "A") -> dns.message.Message:
+        return dns.query.udp(dns.message.make_query(name, qtype), "127.0.0.1", port=self.port, timeout=1)
+
+    def get(self, port: int, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def stop(self) -> tuple[str, str]:
+        self.proc.terminate()
+        out, err = self.proc.communicate(timeout=20)
+        assert self.proc.returncode == 0, err
+        return out, err
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except (dns.exception.Timeout, OSError):
+            pass
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def addresses(m: dns.message.Message) -> list[str]:
+    return sorted(r.to_text() for rrset in m.answer for r in rrset)
+
+
+@pytest.fixture(scope="module")
+def synced() -> Iterator[tuple[Api, NetkitDns]]:
+    api = Api()
+    api.start()
+    api.create(service("web", "10.96.0.10"))
+    server = NetkitDns(api.url, "--upstream", "127.0.0.1:9")
+    try:
+        wait_for(lambda: server.ask(f"web.default{Z}").rcode() == dns.rcode.NOERROR)
+        yield api, server
+    finally:
+        server.stop()
+        api.close()
+
+
+def test_changes_are_resolvable_within_a_second(synced: tuple[Api, NetkitDns]) -> None:
+    api, server = synced
+    api.create(service("fresh", "10.96.7.7"))
+    wait_for(lambda: addresses(server.ask(f"fresh.default{Z}")) == ["10.96.7.7"], timeout=1.0)
+    api.delete("services", "default", "fresh")
+    wait_for(lambda: server.ask(f"fresh.default{Z}").rcode() == dns.rcode.NXDOMAIN, timeout=1.0)
+
+
+def test_headless_services_and_namespaces_are_watched_like_coredns(synced: tuple[Api, NetkitDns]) -> None:
+    api, server = synced
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "empty"}})
+    wait_for(lambda: server.ask("empty.svc.cluster.local.").rcode() == dns.rcode.NOERROR, timeout=1.0)
+    hl = service("db", "None")
+    api.create(hl)
+    api.create(headless_slice("db", ["10.244.1.5", "10.244.2.5"]))  # labelled headless: kube-proxy skips it
+    wait_for(lambda: addresses(server.ask(f"db.default{Z}")) == ["10.244.1.5", "10.244.2.5"], timeout=1.0)
+
+
+def test_metrics_have_coredns_names_and_labels(synced: tuple[Api, NetkitDns]) -> None:
+    _, server = synced
+    for _ in range(3):
+        server.ask(f"web.default{Z}")
+        server.ask(f"nope.default{Z}")
+    status, text = server.get(server.metrics, "/metrics")
+    assert status == 200
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for spec in COREDNS_METRICS:
+        name = spec.name.removesuffix("_total") if spec.type == "counter" else spec.name
+        fam = families[name]
+        assert fam.type == spec.type, spec.name
+        for sample in fam.samples:
+            assert set(sample.labels) - {"le"} == set(spec.labels), (spec.name, sample)
+    assert "process_resident_memory_bytes" in families and "process_cpu_seconds" in families
+
+    def value(name: str, **labels: str) -> float:
+        samples = (s for f in families.values() for s in f.samples)
+        return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+    assert value("coredns_dns_requests_total", type="A", proto="udp", family="1") >= 6
+    assert value("coredns_dns_responses_total", rcode="NXDOMAIN") >= 3
+    assert value("coredns_cache_hits_total", type="success") >= 2
+    assert value("coredns_cache_hits_total", type="denial") >= 2
+    assert value("coredns_dns_request_duration_seconds_count", type="A") >= 6
+    server_label = {s.labels["server"] for s in families["coredns_dns_requests"].samples}
+    assert server_label == {f"dns://127.0.0.1:{server.port}"}
+
+
+def test_health_is_ok(synced: tuple[Api, NetkitDns]) -> None:
+    _, server = synced
+    assert server.get(server.health, "/health") == (200, "OK")
+    assert server.get(server.ready, "/ready") == (200, "OK")
+
+
+def test_servfail_with_soa_and_not_ready_until_the_first_list() -> None:
+    api_port = free_port()
+    up = TestUpstream()
+    server = NetkitDns(f"http://127.0.0.1:{api_port}", "--upstream", str(up.address), "--log-queries")
+    api = Api(api_port)
+    try:
+        wait_for(lambda: server.get(server.health, "/health") == (200, "OK"))
+        assert server.get(server.ready, "/ready")[0] == 503
+        early = server.ask(f"web.default{Z}")
+        assert early.rcode() == dns.rcode.SERVFAIL
+        assert [rr.rdtype for rr in early.authority] == [dns.rdatatype.SOA]
+        assert server.ask("www.example.com.").answer  # names outside the zone need no sync
+        api.create(service("web", "10.96.0.10"))
+        api.start()
+        wait_for(lambda: server.get(server.ready, "/ready") == (200, "OK"))
+        assert addresses(server.ask(f"web.default{Z}")) == ["10.96.0.10"]
+    finally:
+        out, _ = server.stop()
+        api.close()
+        up.close()
+    line = re.compile(r'^\[INFO\] 127\.0\.0\.1:\d+ - \d+ "A IN web\.default\.svc\.cluster\.local\. udp \d+ '
+                      r'(true|false) \d+" NOERROR qr,aa,rd(,ra)? \d+ \d+(\.\d+)?s$')
+    assert any(line.match(x) for x in out.splitlines()), out[-2000:]
+    assert re.search(r'"A IN web\.default\.svc\.cluster\.local\. udp \d+ \w+ \d+" SERVFAIL', out)
