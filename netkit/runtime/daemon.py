@@ -6,8 +6,8 @@
                                                                     ├─► kernel rules
                                                                     ├─► UDP ports that changed ─► CleanupWorker
                                                                     │     (own thread: conntrack over netlink)
-                                                                    ├─► health check node ports
-                                                                    └─► DNS view (--dns-listen)
+                                                                    └─► health check node ports
+    Store ─► changes ─► DNS view (--dns-listen): rebuilt on every change, never waiting for a rule sync
     /healthz /livez (ProxyHealth)      /metrics (kube-proxy's names)
 
 Nothing is written until every source has completed its first list (a restart never flushes working
@@ -84,6 +84,7 @@ class Daemon:
         self._syncing = False
         self._trigger_times: list[float] = []
         self._dns: Any = None
+        self._dns_dirty = asyncio.Event()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -99,7 +100,8 @@ class Daemon:
             self.conntrack.start()
         tasks = [asyncio.create_task(source.run(), name="source"),
                  asyncio.create_task(self._follow_changes(), name="changes"),
-                 asyncio.create_task(self._start_runner(), name="runner")]
+                 asyncio.create_task(self._start_runner(), name="runner"),
+                 *([asyncio.create_task(self._follow_dns(), name="dns")] if self.options.dns_listen else [])]
         stopper = asyncio.create_task(stop.wait())
         try:
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
@@ -170,11 +172,24 @@ class Daemon:
     async def _follow_changes(self) -> None:
         while True:
             changes = await self.store.wait_changes()
+            self._dns_dirty.set()
             self._count(changes)
             self.health.queued()
             self.metrics.last_queued.set(time.time())
             if self.store.all_synced:
                 self.runner.request()
+
+    async def _follow_dns(self) -> None:
+        """The DNS view follows the store itself: a held xtables lock or a slow sync never keeps a
+        changed ClusterIP stale in DNS. Changes that arrive while a view is built coalesce."""
+        from netkit.dns.view import build as build_view
+
+        await self.store.wait_synced()
+        while True:
+            self._dns_dirty.clear()
+            if self._dns is not None:
+                self._dns.set_view(build_view(self.store.objects(), self._dns_options, serial=int(time.time())))
+            await self._dns_dirty.wait()
 
     def _count(self, changes: dict[Any, Change]) -> None:
         for change in changes.values():
@@ -223,9 +238,6 @@ class Daemon:
             gc.freeze()
         self.health.updated()
         await self.service_health.update(service_health(state))
-        if self._dns is not None:
-            from netkit.dns.view import build as build_view
-            self._dns.set_view(build_view(objects, self._dns_options, serial=int(time.time())))
         self.synced.set()
         log.info("sync done", extra={"full": result.full, "seconds": round(result.seconds, 4),
                                      "chains": result.chains_written})

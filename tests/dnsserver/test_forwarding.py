@@ -23,6 +23,7 @@ from tests.unit.dns_cluster import objects
 
 Z = ".svc.cluster.local."
 Start = Callable[..., Running]
+Upstreams = Callable[..., TestUpstream]
 ALIASES = """
 apiVersion: v1
 kind: Service
@@ -71,7 +72,7 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def test_three_client_queries_cost_one_upstream_query(start_server: Start, upstreams: Callable[..., TestUpstream]) -> None:
+def test_three_client_queries_cost_one_upstream_query(start_server: Start, upstreams: Upstreams) -> None:
     up = upstreams()
     r = start_server(view(), [up.address])
     answers = [ask(r, name) for name in ("www.example.com.", "WWW.example.com.", "www.Example.COM.")]
@@ -85,7 +86,7 @@ def test_three_client_queries_cost_one_upstream_query(start_server: Start, upstr
     assert hits == 2
 
 
-def test_negative_answers_are_cached_with_their_soa(start_server: Start, upstreams: Callable[..., TestUpstream]) -> None:
+def test_negative_answers_are_cached_with_their_soa(start_server: Start, upstreams: Upstreams) -> None:
     up = upstreams()
     r = start_server(view(), [up.address])
     first, second = ask(r, "nothing.test."), ask(r, "nothing.test.")
@@ -94,7 +95,7 @@ def test_negative_answers_are_cached_with_their_soa(start_server: Start, upstrea
     assert up.count("nothing.test.") == 1
 
 
-def test_cached_ttls_count_down(start_server: Start, upstreams: Callable[..., TestUpstream]) -> None:
+def test_cached_ttls_count_down(start_server: Start, upstreams: Upstreams) -> None:
     up = upstreams()
     r = start_server(view(), [up.address])
     assert ask(r, "tick.example.com.").answer[0].ttl == 30
@@ -103,7 +104,7 @@ def test_cached_ttls_count_down(start_server: Start, upstreams: Callable[..., Te
 
 
 def test_a_dead_first_upstream_is_skipped_once_health_checks_fail(
-        start_server: Start, upstreams: Callable[..., TestUpstream]) -> None:
+        start_server: Start, upstreams: Upstreams) -> None:
     dead, live = upstreams("127.0.0.2", mute=True), upstreams("127.0.0.3")
     fwd = Forwarder([dead.address, live.address], 0.2, policy=Policy.SEQUENTIAL, health_check=0.05)
     r = start_server(view(), forwarder=fwd)
@@ -116,7 +117,7 @@ def test_a_dead_first_upstream_is_skipped_once_health_checks_fail(
     assert r.server.metrics.proxy.healthcheck_failures[str(dead.address)] > fwd.max_fails
 
 
-def test_a_recovered_upstream_is_used_again(start_server: Start, upstreams: Callable[..., TestUpstream]) -> None:
+def test_a_recovered_upstream_is_used_again(start_server: Start, upstreams: Upstreams) -> None:
     flaky, other = upstreams("127.0.0.2", mute=True), upstreams("127.0.0.3")
     fwd = Forwarder([flaky.address, other.address], 0.2, policy=Policy.SEQUENTIAL, health_check=0.05)
     r = start_server(view(), forwarder=fwd)
@@ -129,7 +130,7 @@ def test_a_recovered_upstream_is_used_again(start_server: Start, upstreams: Call
 
 
 def test_round_robin_spreads_and_sequential_keeps_order(
-        start_server: Start, upstreams: Callable[..., TestUpstream]) -> None:
+        start_server: Start, upstreams: Upstreams) -> None:
     one, two = upstreams("127.0.0.2"), upstreams("127.0.0.3")
     r = start_server(view(), forwarder=Forwarder([one.address, two.address], 1, policy=Policy.ROUND_ROBIN))
     for i in range(6):
@@ -141,7 +142,7 @@ def test_round_robin_spreads_and_sequential_keeps_order(
     assert sum(n.startswith("seq") for n in one.seen) == 4 and not any(n.startswith("seq") for n in two.seen)
 
 
-def test_max_concurrent_refuses_beyond_the_limit(start_server: Start, upstreams: Callable[..., TestUpstream]) -> None:
+def test_max_concurrent_refuses_beyond_the_limit(start_server: Start, upstreams: Upstreams) -> None:
     slow = upstreams(delay=1.0)
     r = start_server(view(), forwarder=Forwarder([slow.address], 3, max_concurrent=1))
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -153,7 +154,7 @@ def test_max_concurrent_refuses_beyond_the_limit(start_server: Start, upstreams:
     assert r.server.metrics.proxy.max_concurrent_rejects == 1
 
 
-def test_stub_domains_go_to_their_own_upstreams(start_server: Start, upstreams: Callable[..., TestUpstream]) -> None:
+def test_stub_domains_go_to_their_own_upstreams(start_server: Start, upstreams: Upstreams) -> None:
     default, stub = upstreams("127.0.0.2"), upstreams("127.0.0.3")
     router = Router(Forwarder([default.address], 1), {("corp", "example", "com"): Forwarder([stub.address], 1)})
     r = start_server(view(), forwarder=router)
@@ -163,7 +164,7 @@ def test_stub_domains_go_to_their_own_upstreams(start_server: Start, upstreams: 
 
 
 def test_chased_external_name_keeps_the_upstream_soa_and_tc(
-        start_server: Start, upstreams: Callable[..., TestUpstream]) -> None:
+        start_server: Start, upstreams: Upstreams) -> None:
     up = upstreams()
     r = start_server(view(), [up.address])
     gone = ask(r, f"gone.default{Z}")  # an ExternalName to a name the upstream does not know
