@@ -11,8 +11,10 @@ memory of what it deleted before — so a cleanup lost to a restart or a crash i
   balancer IPs) and port, or whose original destination port is its nodePort, is stale when its reply
   source (the endpoint it was DNATed to, or the service IP itself when it was not DNATed) is not a
   serving endpoint IP:port of that service port;
-- a service port with no serving endpoint is not checked (new datagrams are rejected by the rules;
-  existing flows are left alone, as kube-proxy does);
+- a service port with no serving endpoint is checked too, so all its flows go and the client's next
+  datagram is rejected at once like a new one, instead of reaching a pod that is gone or no longer
+  serves (a deliberate difference: kube-proxy skips such ports and their flows linger until the
+  conntrack timeout);
 - an endpoint that is terminating but still serving keeps its flows (current kube-proxy; only an
   endpoint that stops serving or is removed loses them), and neither topology nor traffic policy
   matters: those decide where *new* flows go, like for TCP.
@@ -79,15 +81,13 @@ def serving(port: ServicePortState) -> frozenset[Backend]:
 
 
 def frontends(ports: Iterable[ServicePortState]) -> Frontends:
-    """The frontends of the UDP `ports` that have a serving endpoint (others are not checked)."""
+    """The frontends of the UDP `ports` (TCP and SCTP need nothing: they reset or time out visibly)."""
     by_address: dict[tuple[IPAddress, int], frozenset[Backend]] = {}
     by_node_port: dict[tuple[int, int], frozenset[Backend]] = {}
     for p in ports:
         if p.protocol is not Protocol.UDP:
             continue
         backends = serving(p)
-        if not backends:
-            continue
         for ip in _service_ips(p):
             by_address[(ip, p.port)] = backends
         if p.node_port:

@@ -63,11 +63,14 @@ def test_stale_entries_like_kube_proxy() -> None:
     assert set(stale([*expected_gone, *kept], checked)) == expected_gone
 
 
-def test_a_service_without_serving_endpoints_is_not_checked() -> None:
-    """kube-proxy's TestServiceWithoutEndpoints: nothing to compare with, nothing deleted."""
+def test_a_service_without_serving_endpoints_loses_its_flows() -> None:
+    """A deliberate difference from kube-proxy (TestServiceWithoutEndpoints keeps them): the next
+    datagram is rejected at once instead of reaching a pod that is gone or does not serve."""
     checked = frontends(state([endpoint(NOT_SERVING, serving=False, ready=False)]).ports)
-    assert not checked
-    assert stale([flow(CLUSTER_IP, SERVICE_PORT, DELETED)], checked) == ()
+    flows = [flow(CLUSTER_IP, SERVICE_PORT, DELETED), flow(CLUSTER_IP, SERVICE_PORT, NOT_SERVING)]
+    assert set(stale(flows, checked)) == set(flows)
+    assert set(stale(flows, frontends(state([]).ports))) == set(flows)
+    assert stale([flow(CLUSTER_IP, OTHER_PORT, DELETED)], checked) == ()
 
 
 def test_terminating_but_serving_endpoints_keep_their_flows() -> None:
