@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser("trace", help="where does this packet go? (no root needed)")
     add_input_options(p, manifests_required=False)
-    p.add_argument("--mode", choices=("iptables", "nftables"), default=None,
+    p.add_argument("--mode", choices=("iptables", "ipvs", "nftables"), default=None,
                    help="whose rules to trace (default: the config file's mode, else iptables)")
     p.add_argument("--to", required=True, metavar="IP:PORT[/PROTO]", help="destination, e.g. 10.96.0.10:80/tcp")
     p.add_argument("--from", dest="source", metavar="IP",

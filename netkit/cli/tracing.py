@@ -46,7 +46,7 @@ def run_trace(args: argparse.Namespace) -> int:
     be = get_backend(config_from_args(args).mode)
     tracer = getattr(be, "trace", None)
     if tracer is None:
-        raise NetkitError(f"--mode {be.name}: this backend has no tracer (trace works for iptables and nftables)")
+        raise NetkitError(f"--mode {be.name}: this backend has no tracer (trace works for iptables, nftables and ipvs)")
     ruleset, local = _rules_and_addresses(args, family, be)
     src = ip_address(args.source) if args.source else next((a for a in local if a.version == dst.version), None)
     if src is None:

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from netkit.config import Config
 from netkit.model import IPFamily, Protocol, build
+from netkit.rules.iptables.ruleset import render as render_iptables
 from netkit.rules.ipvs import names
-from netkit.rules.ipvs.compile import SCHEDULER_ANNOTATION, compile, payload_digest
-from netkit.rules.ipvs.ruleset import RealServer, parse, render
+from netkit.rules.ipvs.compile import SCHEDULER_ANNOTATION, compile
+from netkit.rules.ipvs.plan import plan
+from netkit.rules.ipvs.ruleset import RealServer, Ruleset, parse, render
 from netkit.sources.manifests import load
 from tests.unit.ipvs_states import sp, state
 
@@ -70,7 +72,7 @@ def test_client_ip_affinity_is_persistence() -> None:
 def test_service_without_endpoints_keeps_an_empty_virtual_server() -> None:
     r = compile(state(sp("web", "10.96.0.10", 80, ())), CFG, V4)
     assert r.services[0].reals == () and r.addresses == {ip_address("10.96.0.10")}
-    assert "KUBE-IPVS-IPS" in r.iptables and "REJECT" in r.iptables
+    assert "KUBE-IPVS-IPS" in payload(r) and "REJECT" in payload(r)
 
 
 def test_etp_local_uses_local_endpoints_outside_and_a_fwmark_service_inside() -> None:
@@ -82,8 +84,8 @@ def test_etp_local_uses_local_endpoints_outside_and_a_fwmark_service_inside() ->
     assert len(by_addr(r, "10.96.0.12", 80).reals) == 2  # internal traffic policy Cluster
     fw = next(v for v in r.services if v.fwmark)
     assert fw.fwmark & names.FWMARK_HIGH == names.FWMARK_BASE and len(fw.reals) == 2
-    assert f"--set-xmark {fw.fwmark:#x}/0xffffffff" in r.iptables
-    assert "-s 10.244.0.0/16 -d 198.51.100.100/32" in r.iptables
+    assert f"--set-xmark {fw.fwmark:#x}/0xffffffff" in payload(r)
+    assert "-s 10.244.0.0/16 -d 198.51.100.100/32" in payload(r)
     # a mark does not move when other services come and go
     other = sp("aaa", "10.96.0.2", 80, ("10.244.1.11",), lb_ips=("198.51.100.1",), etp_local=True)
     again = compile(state(other, port), CFG, V4)
@@ -108,17 +110,23 @@ def test_lb_source_ranges_and_hairpin_sets() -> None:
 
 def test_masquerade_rules_follow_the_config() -> None:
     port = state(sp("web", "10.96.0.10", 80, ("10.244.1.11",)))
-    assert "KUBE-CLUSTER-IP dst,dst ! -s 10.244.0.0/16 -j KUBE-MARK-MASQ" in compile(port, CFG, V4).iptables
-    assert "KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ" in compile(port, replace(CFG, masquerade_all=True), V4).iptables
-    no_detector = compile(port, replace(CFG, cluster_cidrs=()), V4).iptables
+    assert "! -s 10.244.0.0/16 -m comment" in payload(compile(port, CFG, V4))  # canonical: -s first
+    assert "KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ" in payload(compile(port, replace(CFG, masquerade_all=True), V4))
+    no_detector = payload(compile(port, replace(CFG, cluster_cidrs=()), V4))
     assert "KUBE-CLUSTER-IP dst,dst" not in no_detector.split("*nat")[1].split("KUBE-EXTERNAL-IP-LOCAL")[0]
 
 
-def test_payload_digest_changes_exactly_when_the_payload_does() -> None:
+def test_the_payload_is_written_exactly_when_it_changes() -> None:
     a = compile(state(sp("web", "10.96.0.10", 80, ("10.244.1.11",))), CFG, V4)
     b = compile(state(sp("web", "10.96.0.10", 80, ("10.244.1.12",))), CFG, V4)  # only sets/reals differ
     c = compile(state(sp("web", "10.96.0.10", 80, ("10.244.1.11",))), replace(CFG, masquerade_all=True), V4)
-    assert payload_digest(a.iptables) == payload_digest(b.iptables) != payload_digest(c.iptables) != ""
+    assert plan(a, b).iptables is None
+    p = plan(a, c).iptables
+    assert p is not None and set(p.write) == {"nat"} and list(p.write["nat"]) == ["KUBE-SERVICES"] and not p.jumps
+
+
+def payload(r: Ruleset) -> str:
+    return render_iptables(r.iptables)
 
 
 def test_ipv6_set_names_fit_ipset_limits() -> None:

@@ -17,7 +17,7 @@ from netkit.rules.tracing import Outcome, Packet, endpoints
 from netkit.sources.manifests import load
 from tests.conftest import EXAMPLES, ROOT
 from tests.flows import EDGE_FLOWS, FLOWS, NODE_A, POD_A, Flow
-from tests.nft_flows import MODES, expected
+from tests.nft_flows import TRACE_MODES, expected
 
 EDGE = ROOT / "tests" / "golden" / "inputs" / "edge-cases.yaml"
 CONFIG = Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16", "fd00:244::/56"], "t"),
@@ -53,19 +53,19 @@ def check(flow: Flow, paths: list[Path], mode: str = "iptables") -> None:
         assert all(o.masquerade is flow.masquerade for o in outcomes)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", TRACE_MODES)
 @pytest.mark.parametrize("flow", FLOWS, ids=[f.name for f in FLOWS])
 def test_example_flows(flow: Flow, mode: str) -> None:
     check(flow, [EXAMPLES], mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", TRACE_MODES)
 @pytest.mark.parametrize("flow", EDGE_FLOWS, ids=[f.name for f in EDGE_FLOWS])
 def test_edge_flows(flow: Flow, mode: str) -> None:
     check(flow, [EDGE], mode)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", TRACE_MODES)
 def test_hairpin_masquerades_only_the_self_pick(mode: str) -> None:
     (flow,) = [f for f in FLOWS if f.name.startswith("hairpin")]
     by_dest = {o.destination: o.masquerade for o in outcomes_for(flow, [EXAMPLES], mode)}
@@ -116,7 +116,7 @@ def test_nftables_reads_a_hand_edit_it_does_not_know_as_unknown() -> None:
     assert all(any("skuid" in u for u in o.unknown) for o in outcomes)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", TRACE_MODES)
 def test_trace_command_in_both_modes(mode: str, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["trace", "-f", str(EXAMPLES), "--mode", mode, "--node-name", "node-a",
             "--cluster-cidr", "10.244.0.0/16", "--to", "10.96.0.53:53/udp", "--from", POD_A, "-o", "json"]

@@ -189,3 +189,18 @@ def test_fake_kernel_refuses_what_the_kernel_refuses(kernel: IPVSKernel) -> None
         with pytest.raises(KernelError, match="."):
             kernel.apply(p)
         assert plan(kernel.dump(), base).empty, what  # the refused change left the kernel as it was
+
+
+def test_the_iptables_backend_choice_is_honoured(served: Lab) -> None:
+    """kubernetes#71305: on a legacy node the payload must land in the legacy tables, not in nft."""
+    k = IPVSKernel(V4, served.node, "legacy")
+    try:
+        want = sync(k, state(sp("web", "10.96.0.10", 80, POD_IPS, node_port=30080)))
+        legacy = sh("ip", "netns", "exec", served.node, "iptables-legacy-save")
+        nft = sh("ip", "netns", "exec", served.node, "iptables-nft-save")
+        assert ":KUBE-IPVS-FILTER" in legacy and "KUBE-IPVS-FILTER" not in nft, nft
+        assert plan(k.dump(), want).empty
+        assert len(served.tcp_hits(NODE_IP, 30080, 3)) == 3
+    finally:
+        k.cleanup()
+    assert "KUBE-" not in sh("ip", "netns", "exec", served.node, "iptables-legacy-save")

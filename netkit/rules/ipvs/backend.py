@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
 from netkit.rules.ipvs import compile as _compile
 from netkit.rules.ipvs import plan as plan_mod
 from netkit.rules.ipvs import ruleset as rs
+from netkit.rules.ipvs import trace as _trace
 from netkit.rules.ipvs.kernel import IPVSKernel
+from netkit.rules.tracing import Outcome, Packet
 
 
 class IPVSBackend:
@@ -21,11 +24,19 @@ class IPVSBackend:
     def render(self, ruleset: rs.Ruleset) -> str:
         return rs.render(ruleset)
 
-    def plan(self, committed: rs.Ruleset, desired: rs.Ruleset) -> plan_mod.Plan:
-        return plan_mod.plan(committed, desired)
+    def compiler(self, config: Config, family: IPFamily) -> _compile.Compiler:
+        """A compiler that remembers unchanged service ports between calls (for the daemon)."""
+        return _compile.Compiler(config, family)
+
+    def plan(self, committed: rs.Ruleset, desired: rs.Ruleset, *,
+             only: _compile.Changes | None = None) -> plan_mod.Plan:
+        return plan_mod.plan(committed, desired, only=only)
 
     def render_plan(self, plan: plan_mod.Plan) -> str:
         return plan_mod.render_plan(plan)
+
+    def describe_plan(self, plan: plan_mod.Plan) -> str:
+        return plan_mod.describe(plan)
 
     def summarize(self, ruleset: rs.Ruleset) -> Mapping[str, tuple[str, ...]]:
         """Service port ("ns/svc:port/proto", from the clusterIP virtual server's comment) → its real
@@ -39,8 +50,14 @@ class IPVSBackend:
             out[key] = tuple(rs.hostport(r.ip, r.port) for r in vs.reals if r.weight > 0)
         return out
 
+    def trace(self, ruleset: rs.Ruleset, packet: Packet) -> list[Outcome]:
+        return _trace.trace(ruleset, packet)
+
+    def to_json(self, ruleset: rs.Ruleset) -> dict[str, Any]:
+        return rs.to_json(ruleset)
+
     def kernel(self, config: Config, family: IPFamily, netns: str | None) -> IPVSKernel:
-        return IPVSKernel(family, netns)
+        return IPVSKernel(family, netns, config.iptables_backend)
 
 
 BACKEND = IPVSBackend()

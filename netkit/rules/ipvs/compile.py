@@ -18,18 +18,33 @@
   node-sourced packets. IPVS looks fwmark services up before address services.
 - The iptables payload and ipsets follow kube-proxy's IPVS mode: masquerade via KUBE-CLUSTER-IP /
   KUBE-NODE-PORT-* / KUBE-LOAD-BALANCER, hairpin via KUBE-LOOP-BACK, LB source ranges in filter,
-  KUBE-IPVS-FILTER rejecting ports of service IPs that no virtual server serves.
+  KUBE-IPVS-FILTER rejecting ports of service IPs that no virtual server serves. It is an iptables
+  Ruleset in the iptables backend's canonical (iptables-save) spelling, entry jumps included in the
+  built-in chains, so a dump compares to it rule by rule and the iptables planner and kernel write
+  only the chains that differ.
+
+Per service port, `compile_port(ctx, sp, mark) → Part`: its virtual servers, addresses, set entries
+and mangle rules. `Compiler` keeps the Part of every ServicePortState it has seen, keyed on the
+object's identity, and the totals (reference counts of addresses and set entries, the virtual
+servers by key, their sorted order), so a sync after one EndpointSlice change compiles one service
+port and rebuilds only the sets it touched; `changed_since` then tells the planner which virtual
+servers, sets and chains can differ (`Changes`). `compile()` is a fresh Compiler's first compile:
+the full and the incremental path are one code path.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left, insort
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 from netkit.config import Config
 from netkit.model import EndpointAddr, IPFamily, NodeState, Protocol, ServicePortState
 from netkit.model.types import IPAddress
+from netkit.rules.iptables import ruleset as ipt
 from netkit.rules.ipvs import names as n
 from netkit.rules.ipvs.ruleset import (
     SCHEDULERS,
@@ -37,31 +52,222 @@ from netkit.rules.ipvs.ruleset import (
     RealServer,
     Ruleset,
     VirtualServer,
+    VSKey,
     hostport,
-    sort_services,
+    with_index,
 )
 
 SCHEDULER_ANNOTATION = "kube-router.io/service.scheduler"
-DIGEST_PREFIX = "netkit ipvs payload sha256:"
 
 
 def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:  # noqa: A001 (the stage name)
-    ports = state.family(family)
-    node_ips = node_port_ips(state.node.ips, config, family)
-    marks = fwmarks(ports)
-    services: list[VirtualServer] = []
-    entries: dict[str, set[str]] = defaultdict(set)
-    for sp in ports:
-        mine = virtual_servers(sp, config, node_ips, marks.get(sp.key, 0))
-        services += mine
-        add_set_entries(entries, sp, mine, family)
-    addresses = frozenset(ip for sp in ports for ip in (sp.cluster_ip, *sp.external_ips, *sp.load_balancer_ips))
-    entries[n.IPVS_IPS] |= {str(a) for a in addresses}
-    sets = tuple(IPSet(n.set_name(base, family), typ, family, frozenset(entries.get(base, ())), comment)
-                 for base, (typ, comment) in sorted(n.SET_TYPES.items()))
-    payload = iptables_payload(config, family, internal_mark_rules(ports, marks, node_ips, config, family))
-    return Ruleset(family, sort_services(services), addresses, tuple(sorted(sets, key=lambda s: s.name)),
-                   payload)
+    return Compiler(config, family).compile(state)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What every service port's Part depends on besides the port itself and its mark."""
+
+    config: Config
+    family: IPFamily
+    node_ips: tuple[IPAddress, ...]  # the NodePort addresses
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """Everything one service port contributes to the Ruleset."""
+
+    services: tuple[VirtualServer, ...]
+    entries: tuple[tuple[str, str], ...]  # (set base name, entry); its kube-ipvs0 addresses are IPVS_IPS entries
+    addresses: tuple[IPAddress, ...]
+    mangle: tuple[str, ...]  # its KUBE-IPVS-INTERNAL rules (canonical text)
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What can differ between two consecutive compiles: the planner compares only this."""
+
+    services: frozenset[VSKey] = frozenset()
+    sets: frozenset[str] = frozenset()  # set names
+    addresses: bool = False
+    chains: frozenset[str] = frozenset()  # iptables chains
+
+
+def compile_port(ctx: Context, sp: ServicePortState, mark: int) -> Part:
+    mine = virtual_servers(sp, ctx.config, ctx.node_ips, mark)
+    entries: dict[str, set[str]] = {}
+    add_set_entries(entries, sp, mine, ctx.family)
+    addresses = tuple(dict.fromkeys((sp.cluster_ip, *sp.external_ips, *sp.load_balancer_ips)))
+    flat = [(base, e) for base, es in entries.items() for e in sorted(es)]
+    flat += [(n.IPVS_IPS, str(a)) for a in addresses]
+    mangle = mark_rules(sp, mark, ctx.node_ips, ctx.config, ctx.family) if mark else ()
+    return Part(tuple(mine), tuple(flat), addresses, mangle)
+
+
+@dataclass
+class _Touched:
+    services: set[VSKey] = field(default_factory=set)
+    sets: set[str] = field(default_factory=set)  # base names
+    addresses: bool = False
+    mangle: bool = False
+
+
+class Compiler:
+    """`compile` with a memory (see the module doc). Its results equal a fresh `compile`'s, and
+    planning with `changed_since` gives the plan a full comparison gives (property tests in
+    tests/unit/test_ipvs_incremental.py)."""
+
+    def __init__(self, config: Config, family: IPFamily) -> None:
+        self.config, self.family = config, family
+        self._fixed = _fixed_chains(config, family)
+        self._reset(None)
+        self._before_last: Ruleset | None = None
+        self._changes: Changes | None = None
+
+    def _reset(self, node_ips: tuple[IPAddress, ...] | None) -> None:
+        self._node_ips = node_ips
+        self._memo: dict[int, tuple[ServicePortState, int, Part]] = {}
+        self._services: dict[VSKey, VirtualServer] = {}
+        self._contenders: dict[VSKey, list[VirtualServer]] = {}  # keys that two service ports claim
+        self._keys: list[VSKey] = []  # sorted by sort_key
+        self._addresses: Counter[IPAddress] = Counter()
+        self._entries: dict[str, Counter[str]] = {base: Counter() for base in n.SET_TYPES}
+        self._mangle: dict[int, tuple[tuple[str, str], tuple[str, ...]]] = {}
+        self._sets: dict[str, IPSet] = {}
+        self._result: Ruleset | None = None
+
+    def compile(self, state: NodeState) -> Ruleset:
+        ports = state.family(self.family)
+        node_ips = node_port_ips(state.node.ips, self.config, self.family)
+        fresh = node_ips != self._node_ips
+        if fresh:
+            self._reset(node_ips)
+        ctx = Context(self.config, self.family, node_ips)
+        marks = fwmarks(ports)
+        t = _Touched()
+        old, memo = self._memo, {}
+        for sp in ports:
+            mark = marks.get(sp.key, 0)
+            hit = old.pop(id(sp), None)
+            if hit is not None:
+                if hit[0] is sp and hit[1] == mark:
+                    memo[id(sp)] = hit
+                    continue
+                self._remove(id(sp), hit[2], t)
+            part = compile_port(ctx, sp, mark)
+            self._add(id(sp), sp, part, t)
+            memo[id(sp)] = (sp, mark, part)
+        for ident, (_, _, part) in old.items():  # service ports that changed or went away
+            self._remove(ident, part, t)
+        self._memo = memo
+        before = self._result
+        result = self._build(t, fresh)
+        self._before_last, self._result = before, result
+        self._changes = None if fresh else Changes(
+            frozenset(t.services), frozenset(n.set_name(b, self.family) for b in t.sets), t.addresses,
+            frozenset({n.INTERNAL_MARK}) if t.mangle else frozenset())
+        return result
+
+    def changed_since(self, previous: Ruleset) -> Changes | None:
+        """What the last compile's result can differ in from `previous`, when `previous` is the
+        result of the compile before it; else None (unknown: compare everything)."""
+        return self._changes if previous is self._before_last and previous is not None else None
+
+    # --- bookkeeping -------------------------------------------------------------------------------
+
+    def _add(self, ident: int, sp: ServicePortState, part: Part, t: _Touched) -> None:
+        for vs in part.services:
+            self._add_service(vs, t)
+        self._count(part, 1, t)
+        if part.mangle:
+            self._mangle[ident] = ((str(sp.name), sp.protocol.value), part.mangle)
+            t.mangle = True
+
+    def _remove(self, ident: int, part: Part, t: _Touched) -> None:
+        for vs in part.services:
+            self._remove_service(vs, t)
+        self._count(part, -1, t)
+        if self._mangle.pop(ident, None) is not None:
+            t.mangle = True
+
+    def _count(self, part: Part, delta: int, t: _Touched) -> None:
+        """Reference counts of set entries and addresses; a set (the addresses) is touched when an
+        entry (an address) comes (0 → 1) or goes (1 → 0)."""
+        flips = 1 if delta > 0 else 0
+        for base, entry in part.entries:
+            c = self._entries[base]
+            now = c[entry] + delta
+            if now == flips:
+                t.sets.add(base)
+            if now:
+                c[entry] = now
+            else:
+                del c[entry]
+        for a in part.addresses:
+            now = self._addresses[a] + delta
+            if now == flips:
+                t.addresses = True
+            if now:
+                self._addresses[a] = now
+            else:
+                del self._addresses[a]
+
+    def _add_service(self, vs: VirtualServer, t: _Touched) -> None:
+        k = vs.key
+        t.services.add(k)
+        cur = self._services.get(k)
+        if cur is None:
+            self._services[k] = vs
+            insort(self._keys, k, key=_sort_key)
+            return
+        contenders = self._contenders.setdefault(k, [cur])
+        contenders.append(vs)
+        self._services[k] = min(contenders, key=_claim)
+
+    def _remove_service(self, vs: VirtualServer, t: _Touched) -> None:
+        k = vs.key
+        t.services.add(k)
+        contenders = self._contenders.get(k)
+        if contenders is None:
+            del self._services[k]
+            del self._keys[bisect_left(self._keys, k.sort_key, key=_sort_key)]
+            return
+        del contenders[next(i for i, c in enumerate(contenders) if c is vs)]
+        self._services[k] = min(contenders, key=_claim)
+        if len(contenders) == 1:
+            del self._contenders[k]
+
+    def _build(self, t: _Touched, fresh: bool) -> Ruleset:
+        last = None if fresh else self._result
+        for base in (n.SET_TYPES if last is None else t.sets):
+            typ, comment = n.SET_TYPES[base]
+            name = n.set_name(base, self.family)
+            self._sets[name] = IPSet(name, typ, self.family, frozenset(self._entries[base]), comment)
+        sets = last.sets if last is not None and not t.sets else tuple(self._sets[k] for k in sorted(self._sets))
+        index: Mapping[VSKey, VirtualServer]
+        if last is not None and not t.services:
+            services, index = last.services, last.index
+        else:
+            services, index = tuple(self._services[k] for k in self._keys), dict(self._services)
+        addresses = last.addresses if last is not None and not t.addresses else frozenset(self._addresses)
+        payload = last.iptables if last is not None and not t.mangle else self._payload()
+        return with_index(Ruleset(self.family, services, addresses, sets, payload), index)
+
+    def _payload(self) -> ipt.Ruleset:
+        mangle = tuple(rule for _, rules in sorted(self._mangle.values()) for rule in rules)
+        tables = {table: dict(chains) for table, chains in self._fixed.items()}
+        tables["mangle"][n.INTERNAL_MARK] = mangle
+        return ipt.Ruleset(self.family, tables)
+
+
+def _sort_key(k: VSKey) -> tuple[int, int, int, int, str]:
+    return k.sort_key
+
+
+def _claim(vs: VirtualServer) -> str:
+    """Of service ports claiming one virtual server (the same external IP and port, say), the first
+    by name wins, whatever order they came in."""
+    return vs.comment
 
 
 def node_port_ips(ips: Sequence[IPAddress], config: Config, family: IPFamily) -> tuple[IPAddress, ...]:
@@ -84,12 +290,17 @@ def fwmarks(ports: Sequence[ServicePortState]) -> dict[object, int]:
     taken: set[int] = set()
     out: dict[object, int] = {}
     for sp in sorted((p for p in ports if _needs_fwmark(p)), key=lambda p: (str(p.name), p.protocol.value)):
-        slot = int.from_bytes(hashlib.sha256(f"{sp.name}/{sp.protocol.lower}".encode()).digest()[:4]) % n.FWMARK_SLOTS
+        slot = _slot(f"{sp.name}/{sp.protocol.lower}")
         while slot in taken:
             slot = (slot + 1) % n.FWMARK_SLOTS
         taken.add(slot)
         out[sp.key] = n.FWMARK_BASE | slot
     return out
+
+
+@lru_cache(maxsize=65536)
+def _slot(name: str) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4]) % n.FWMARK_SLOTS
 
 
 def _needs_fwmark(sp: ServicePortState) -> bool:
@@ -124,71 +335,84 @@ def add_set_entries(entries: dict[str, set[str]], sp: ServicePortState, mine: Se
     def ipport(ip: IPAddress, port: int) -> str:
         return f"{ip},{proto}:{port}"
 
-    entries[n.CLUSTER_IP].add(ipport(sp.cluster_ip, sp.port))
+    def add(base: str, *entry: str) -> None:
+        entries.setdefault(base, set()).update(entry)
+
+    add(n.CLUSTER_IP, ipport(sp.cluster_ip, sp.port))
     for ip in sp.external_ips:
-        entries[n.EXTERNAL_IP].add(ipport(ip, sp.port))
+        add(n.EXTERNAL_IP, ipport(ip, sp.port))
         if sp.external_policy_local:
-            entries[n.EXTERNAL_IP_LOCAL].add(ipport(ip, sp.port))
+            add(n.EXTERNAL_IP_LOCAL, ipport(ip, sp.port))
     for ip in sp.load_balancer_ips:
-        entries[n.LOAD_BALANCER].add(ipport(ip, sp.port))
+        add(n.LOAD_BALANCER, ipport(ip, sp.port))
         if sp.external_policy_local:
-            entries[n.LOAD_BALANCER_LOCAL].add(ipport(ip, sp.port))
+            add(n.LOAD_BALANCER_LOCAL, ipport(ip, sp.port))
         if sp.source_ranges:
-            entries[n.LOAD_BALANCER_FW].add(ipport(ip, sp.port))
-            entries[n.LOAD_BALANCER_SOURCE_CIDR] |= {f"{ipport(ip, sp.port)},{net}" for net in sp.source_ranges}
+            add(n.LOAD_BALANCER_FW, ipport(ip, sp.port))
+            add(n.LOAD_BALANCER_SOURCE_CIDR, *(f"{ipport(ip, sp.port)},{net}" for net in sp.source_ranges))
     if sp.node_port:
-        entries[n.NODE_PORT.format(proto=sp.protocol.value)].add(str(sp.node_port))
+        add(n.NODE_PORT.format(proto=sp.protocol.value), str(sp.node_port))
         if sp.external_policy_local:
-            entries[n.NODE_PORT_LOCAL.format(proto=sp.protocol.value)].add(str(sp.node_port))
+            add(n.NODE_PORT_LOCAL.format(proto=sp.protocol.value), str(sp.node_port))
     if sp.health_check_node_port:
-        entries[n.HEALTH_CHECK_NODE_PORT].add(str(sp.health_check_node_port))
-    for rs in {rs for vs in mine for rs in vs.reals}:
-        entries[n.LOOP_BACK].add(f"{rs.ip},{proto}:{rs.port},{rs.ip}")
+        add(n.HEALTH_CHECK_NODE_PORT, str(sp.health_check_node_port))
+    reals = {rs for vs in mine for rs in vs.reals}
+    if reals:
+        add(n.LOOP_BACK, *(f"{rs.ip},{proto}:{rs.port},{rs.ip}" for rs in reals))
 
 
-def internal_mark_rules(ports: Sequence[ServicePortState], marks: dict[object, int],
-                        node_ips: Sequence[IPAddress], config: Config, family: IPFamily) -> list[str]:
-    """mangle rules marking in-cluster traffic to eTP=Local external addresses (see module doc)."""
+def mark_rules(sp: ServicePortState, mark: int, node_ips: Sequence[IPAddress], config: Config,
+               family: IPFamily) -> tuple[str, ...]:
+    """The mangle rules marking in-cluster traffic to one eTP=Local port's external addresses (see
+    the module doc), canonical."""
     pods = config.local_match(family)
     rules: list[str] = []
-    for sp in ports:
-        mark = marks.get(sp.key)
-        if not mark:
-            continue
-        dests = [(ip, sp.port) for ip in (*sp.external_ips, *sp.load_balancer_ips)]
-        dests += [(ip, sp.node_port) for ip in node_ips] if sp.node_port else []
-        p = sp.protocol.lower
-        for ip, port in dests:
-            where = f"-d {ip}/{ip.max_prefixlen} -p {p} -m {p} --dport {port}"
-            set_mark = f"-j MARK --set-xmark {mark:#x}/0xffffffff"
-            comment = f'-m comment --comment "{sp.name} {hostport(ip, port)} in-cluster"'
-            if pods:
-                rules.append(f"-A {n.INTERNAL_MARK} {pods} {where} {comment} {set_mark}")
-            rules.append(f"-A {n.INTERNAL_MARK} {where} {comment} -m addrtype --src-type LOCAL {set_mark}")
-    return rules
+    dests = [(ip, sp.port) for ip in (*sp.external_ips, *sp.load_balancer_ips)]
+    dests += [(ip, sp.node_port) for ip in node_ips] if sp.node_port else []
+    p = sp.protocol.lower
+    for ip, port in dests:
+        where = f"-d {ip}/{ip.max_prefixlen} -p {p} -m {p} --dport {port}"
+        set_mark = f"-j MARK --set-xmark {mark:#x}/0xffffffff"
+        comment = f'-m comment --comment "{sp.name} {hostport(ip, port)} in-cluster"'
+        if pods:
+            rules.append(f"{pods} {where} {comment} {set_mark}")
+        rules.append(f"{where} {comment} -m addrtype --src-type LOCAL {set_mark}")
+    return tuple(ipt.normalize(r, family) for r in rules)
 
 
-def iptables_payload(config: Config, family: IPFamily, mangle_rules: Sequence[str]) -> str:
-    """The iptables-restore --noflush input: every chain of IPVS mode, declared (hence flushed) and
-    written whole. It does not depend on the services, only on the config (services live in the
-    ipsets), so it changes rarely; the mangle rules are the exception (eTP=Local services)."""
-    body = "\n".join([*_mangle(mangle_rules), *_filter(config, family), *_nat(config, family)]) + "\n"
-    digest = hashlib.sha256(body.encode()).hexdigest()[:16]
-    # A comment rule with no target (matches, does nothing) at the head of KUBE-IPVS-FILTER lets a
-    # kernel dump tell whether the payload in place is this one without parsing iptables-save's
-    # normalised text (which rewrites marks and module order).
-    first = f"-A {n.IPVS_FILTER} "
-    return body.replace(first, f'{first}-m comment --comment "{DIGEST_PREFIX}{digest}"\n{first}', 1)
+# Entry jumps from the built-in chains, in the order they take at the head of each chain:
+# table → chain → (target, comment, matches before the comment).
+JUMPS: dict[str, dict[str, tuple[tuple[str, str, str], ...]]] = {
+    "mangle": {"PREROUTING": ((n.INTERNAL_MARK, "netkit ipvs in-cluster marks", ""),),
+               "OUTPUT": ((n.INTERNAL_MARK, "netkit ipvs in-cluster marks", ""),)},
+    "filter": {
+        "INPUT": ((n.PROXY_FIREWALL, "kubernetes load balancer firewall", "-m conntrack --ctstate NEW"),
+                  (n.NODE_PORT_CHAIN, "kubernetes health check rules", ""),
+                  (n.IPVS_FILTER, "kubernetes ipvs access filter", "")),
+        "FORWARD": ((n.PROXY_FIREWALL, "kubernetes load balancer firewall", "-m conntrack --ctstate NEW"),
+                    (n.FORWARD, "kubernetes forwarding rules", "")),
+        "OUTPUT": ((n.PROXY_FIREWALL, "kubernetes load balancer firewall", "-m conntrack --ctstate NEW"),),
+    },
+    "nat": {"PREROUTING": ((n.SERVICES, "kubernetes service portals", ""),),
+            "OUTPUT": ((n.SERVICES, "kubernetes service portals", ""),),
+            "POSTROUTING": ((n.POSTROUTING, "kubernetes postrouting rules", ""),)},
+}
 
 
-def payload_digest(payload: str) -> str:
-    """The digest embedded in a payload ("" when none)."""
-    at = payload.find(DIGEST_PREFIX)
-    return payload[at + len(DIGEST_PREFIX):at + len(DIGEST_PREFIX) + 16] if at >= 0 else ""
-
-
-def _mangle(rules: Sequence[str]) -> list[str]:
-    return ["*mangle", f":{n.INTERNAL_MARK} - [0:0]", *rules, "COMMIT"]
+def _fixed_chains(config: Config, family: IPFamily) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Every chain of the payload but KUBE-IPVS-INTERNAL's rules: they depend on the config only
+    (the services live in the ipsets)."""
+    tables: dict[str, dict[str, tuple[str, ...]]] = {}
+    for table, lines in (("mangle", []), ("filter", _filter(config, family)), ("nat", _nat(config, family))):
+        chains: dict[str, list[str]] = {c: [] for c in n.CHAINS[table]}
+        for line in lines:
+            if line.startswith("-A "):
+                chain, _, rule = line[3:].partition(" ")
+                chains[chain].append(ipt.normalize(rule, family))
+        jumps = {chain: tuple(ipt.normalize(f'{m} -m comment --comment "{c}" -j {t}'.strip(), family)
+                              for t, c, m in js) for chain, js in JUMPS[table].items()}
+        tables[table] = {**jumps, **{c: tuple(r) for c, r in chains.items()}}
+    return tables
 
 
 def _filter(config: Config, family: IPFamily) -> list[str]:

@@ -7,8 +7,8 @@ real kernel refuses (checked against it in tests/vm):
 - a real server that is not unicast (EINVAL), or of another family than a NAT virtual server;
 - a negative weight; a fwmark service with an address;
 - a set entry that does not fit the set's type, to a set that does not exist;
-- destroying a set the iptables payload in place still references ("in use by a kernel component");
-- an iptables payload naming a set that does not exist.
+- destroying a set the iptables rules in place still reference ("in use by a kernel component");
+- an iptables chain written with a rule naming a set that does not exist.
 
 It holds foreign virtual servers too (`add_foreign`), which `dump()` leaves out exactly as the real
 kernel's dump does, and connection counts can be set (`set_connections`) to exercise draining.
@@ -22,6 +22,8 @@ from ipaddress import ip_address, ip_network
 
 from netkit.errors import KernelError
 from netkit.model import IPFamily
+from netkit.rules.iptables import plan as ipt_plan
+from netkit.rules.iptables import ruleset as ipt
 from netkit.rules.ipvs import names as n
 from netkit.rules.ipvs.plan import Plan, apply_to, owned
 from netkit.rules.ipvs.ruleset import SCHEDULERS, IPSet, RealServer, Ruleset, VirtualServer, VSKey, sort_services
@@ -45,8 +47,7 @@ class FakeKernel:
     def dump(self) -> Ruleset:
         s = self.state
         mine = owned(s.services, s.addresses, s.sets)
-        digest_only = "".join(line + "\n" for line in s.iptables.splitlines() if "netkit ipvs payload" in line)
-        return replace(s, services=mine, sets=tuple(x for x in s.sets if n.is_ours(x.name)), iptables=digest_only)
+        return replace(s, services=mine, sets=tuple(x for x in s.sets if n.is_ours(x.name)))
 
     def apply(self, plan: Plan) -> None:
         before = self.state
@@ -96,13 +97,16 @@ class FakeKernel:
         for name, e in p.del_entries:
             _refuse(name not in sets or e not in sets[name].entries,
                     f"ipset del {name} {e}: Element cannot be deleted from the set: it's not added")
-        payload = p.iptables or s.iptables
-        for name in re.findall(r"--match-set (\S+)", p.iptables):
+        written = p.iptables.write if p.iptables else {}
+        for name in {m for chains in written.values() for rules in chains.values() for r in rules
+                     for m in _SET_REF.findall(r)}:
             _refuse(name not in sets, f"iptables-restore: Set {name} doesn't exist.")
+        rules = ipt_plan.apply_to(s.iptables, p.iptables) if p.iptables else s.iptables
+        in_use = _sets_used(rules)
         for name in p.destroy_sets:
             _refuse(name not in sets, f"ipset destroy {name}: The set with the given name does not exist")
-            _refuse(f"--match-set {name} " in payload, f"ipset destroy {name}: Set cannot be destroyed: "
-                    "it is in use by a kernel component")
+            _refuse(name in in_use,
+                    f"ipset destroy {name}: Set cannot be destroyed: it is in use by a kernel component")
         for vs in p.add_services:
             _refuse(vs.key in services, f"ipvs add {vs.key}: File exists")
             _check_service(vs)
@@ -122,6 +126,13 @@ class FakeKernel:
             _check_real(vs, rs)
         for vs in p.del_services:
             _refuse(vs.key not in services, f"ipvs del {vs.key}: No such process (no such service)")
+
+
+_SET_REF = re.compile(r"--match-set (\S+)")
+
+
+def _sets_used(rules: ipt.Ruleset) -> set[str]:
+    return {m for chains in rules.tables.values() for rs in chains.values() for r in rs for m in _SET_REF.findall(r)}
 
 
 def _refuse(cond: bool, message: str) -> None:

@@ -1,6 +1,11 @@
 """The IPVS backend's IO edge: IPVS through generic netlink (pyroute2), kube-ipvs0 and sysctls
-through `ip`/`sysctl`, ipsets through `ipset`, the payload through `iptables-restore --noflush`; all
-optionally inside a named network namespace.
+through `ip`/`sysctl`, ipsets through `ipset`, and the iptables payload through the iptables
+backend's own kernel edge (`IptablesKernel`: the `--iptables-backend` choice, legacy or nft, `--wait`
+for the xtables lock, batching, entry jumps checked with -C before -I); all optionally inside a named
+network namespace.
+
+`prepare()` (sysctls, lo up, the kube-ipvs0 dummy) runs once per IPVSKernel, before its first apply;
+again only after a cleanup, or when a dump finds kube-ipvs0 gone.
 
 pyroute2 0.9.7 pitfalls handled here (seen on a real kernel):
 - IPVSDest defaults to direct routing (fwd_method 3): NAT needs fwd_method 0, always passed.
@@ -25,8 +30,9 @@ from typing import Any
 from netkit import netns as ns
 from netkit.errors import KernelError
 from netkit.model import IPFamily, Protocol
+from netkit.rules.iptables import ruleset as ipt
+from netkit.rules.iptables.kernel import IptablesKernel
 from netkit.rules.ipvs import names as n
-from netkit.rules.ipvs.compile import DIGEST_PREFIX
 from netkit.rules.ipvs.plan import Plan, owned
 from netkit.rules.ipvs.ruleset import IPSet, RealServer, Ruleset, VirtualServer, sort_services
 
@@ -36,36 +42,14 @@ _PROTO_NUM = {Protocol.TCP: socket.IPPROTO_TCP, Protocol.UDP: socket.IPPROTO_UDP
 _NUM_PROTO = {v: k for k, v in _PROTO_NUM.items()}
 SYSCTLS = (("net.ipv4.vs.conntrack", "1"), ("net.ipv4.vs.expire_nodest_conn", "1"),
            ("net.ipv4.vs.expire_quiescent_template", "1"), ("net.ipv4.ip_forward", "1"))
-# Entry jumps from built-in chains, added with -C/-I (a --noflush restore would duplicate them).
-JUMPS = (
-    ("nat", "PREROUTING", n.SERVICES, "kubernetes service portals", ""),
-    ("nat", "OUTPUT", n.SERVICES, "kubernetes service portals", ""),
-    ("nat", "POSTROUTING", n.POSTROUTING, "kubernetes postrouting rules", ""),
-    ("filter", "INPUT", n.NODE_PORT_CHAIN, "kubernetes health check rules", ""),
-    ("filter", "INPUT", n.IPVS_FILTER, "kubernetes ipvs access filter", ""),
-    ("filter", "INPUT", n.PROXY_FIREWALL, "kubernetes load balancer firewall", "-m conntrack --ctstate NEW"),
-    ("filter", "FORWARD", n.PROXY_FIREWALL, "kubernetes load balancer firewall", "-m conntrack --ctstate NEW"),
-    ("filter", "OUTPUT", n.PROXY_FIREWALL, "kubernetes load balancer firewall", "-m conntrack --ctstate NEW"),
-    ("filter", "FORWARD", n.FORWARD, "kubernetes forwarding rules", ""),
-    ("mangle", "PREROUTING", n.INTERNAL_MARK, "netkit ipvs in-cluster marks", ""),
-    ("mangle", "OUTPUT", n.INTERNAL_MARK, "netkit ipvs in-cluster marks", ""),
-)
-
-
-CHAINS = {
-    "mangle": (n.INTERNAL_MARK,),
-    "filter": (n.FORWARD, n.NODE_PORT_CHAIN, n.PROXY_FIREWALL, n.SOURCE_RANGES_FIREWALL, n.IPVS_FILTER),
-    "nat": (n.SERVICES, n.POSTROUTING, n.NODE_PORT_CHAIN, n.LOAD_BALANCER_CHAIN, n.MARK_MASQ),
-}
-
-
 class IPVSKernel:
-    def __init__(self, family: IPFamily = IPFamily.IPV4, netns: str | None = None) -> None:
+    def __init__(self, family: IPFamily = IPFamily.IPV4, netns: str | None = None,
+                 iptables_backend: str = "auto") -> None:
         self.family = family
         self.netns = netns
         self.af = socket.AF_INET if family is IPFamily.IPV4 else socket.AF_INET6
-        v6 = family is IPFamily.IPV6
-        self.iptables = "ip6tables" if v6 else "iptables"
+        self.iptables = IptablesKernel(family, netns, iptables_backend)
+        self._prepared = False
 
     # ------------------------------------------------------------------ dump
 
@@ -75,7 +59,15 @@ class IPVSKernel:
         with self._ipvs() as ipvs:
             services = self._services(ipvs)
         return Ruleset(self.family, sort_services(list(owned(services, addresses, sets))), addresses, sets,
-                       self._payload_digest())
+                       self.dump_iptables())
+
+    def dump_iptables(self) -> ipt.Ruleset:
+        """IPVS mode's chains and the built-in chains (for the entry jumps); nobody else's chains."""
+        live = self.iptables.dump(tuple(n.CHAINS))
+        return ipt.Ruleset(self.family, {
+            table: {c: rules for c, rules in live.chains(table).items()
+                    if ipt.is_builtin(table, c) or n.is_ipvs_chain(c)}
+            for table in n.CHAINS if table in live.tables})
 
     def _services(self, ipvs: Any) -> tuple[VirtualServer, ...]:
         from pyroute2 import IPVSService
@@ -104,6 +96,7 @@ class IPVSKernel:
     def _addresses(self) -> frozenset[Any]:
         proc = ns.run(["ip", "-j", "addr", "show", "dev", n.INTERFACE], self.netns, check=False)
         if proc.returncode != 0:
+            self._prepared = False  # kube-ipvs0 is gone: the next apply makes it again
             return frozenset()
         fam = "inet" if self.family is IPFamily.IPV4 else "inet6"
         return frozenset(ip_address(a["local"]) for link in json.loads(proc.stdout or "[]")
@@ -124,11 +117,6 @@ class IPVSKernel:
         wanted = {n.set_name(base, self.family) for base in n.SET_TYPES}
         return tuple(sorted((s for s in sets.values() if s.name in wanted), key=lambda s: s.name))
 
-    def _payload_digest(self) -> str:
-        proc = ns.run([f"{self.iptables}-save", "-t", "filter"], self.netns, check=False)
-        return "".join(f"# {DIGEST_PREFIX}{line.split(DIGEST_PREFIX)[1][:16]}\n"
-                       for line in proc.stdout.splitlines() if DIGEST_PREFIX in line)
-
     # ------------------------------------------------------------------ apply
 
     def apply(self, plan: Plan) -> None:
@@ -138,10 +126,11 @@ class IPVSKernel:
                              *(f"add {name} {e}" for name, e in plan.add_entries)])
         self._ip_batch([f"addr add {a}/{a.max_prefixlen} dev {n.INTERFACE}" for a in plan.add_addresses])
         if plan.iptables:
-            ns.run([f"{self.iptables}-restore", "--noflush"], self.netns, input=plan.iptables)
-            self._ensure_jumps()
-        with self._ipvs() as ipvs:
-            self._apply_ipvs(ipvs, plan)
+            self.iptables.apply(plan.iptables)
+        if any((plan.add_services, plan.set_services, plan.del_services, plan.add_reals, plan.set_reals,
+                plan.del_reals)):
+            with self._ipvs() as ipvs:
+                self._apply_ipvs(ipvs, plan)
         self._ipset_restore([*(f"del {name} {e}" for name, e in plan.del_entries),
                              *(f"destroy {name}" for name in plan.destroy_sets)])
         self._ip_batch([f"addr del {a}/{a.max_prefixlen} dev {n.INTERFACE}" for a in plan.del_addresses])
@@ -181,35 +170,32 @@ class IPVSKernel:
     # ------------------------------------------------------------------ setup and cleanup
 
     def prepare(self) -> None:
-        """sysctls IPVS needs and the kube-ipvs0 dummy, in the target namespace only. Few tool runs:
-        each costs ~0.2 s inside the test VM."""
+        """sysctls IPVS needs and the kube-ipvs0 dummy, in the target namespace only; once per
+        kernel object (see the module doc). Few tool runs: each costs ~0.2 s inside the test VM."""
+        if self._prepared:
+            return
         ns.run(["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in SYSCTLS)], self.netns)
         lines = ["link set lo up"]
         if ns.run(["ip", "link", "show", n.INTERFACE], self.netns, check=False).returncode != 0:
             lines.append(f"link add {n.INTERFACE} type dummy")
         self._ip_batch(lines)
+        self._prepared = True
 
-    def cleanup(self) -> None:
-        """Remove netkit's virtual servers, jumps, chains, sets and kube-ipvs0; nothing else."""
+    def cleanup(self) -> int:
+        """Remove netkit's virtual servers, jumps, chains, sets and kube-ipvs0; nothing else. Returns
+        how many virtual servers and chains went."""
         mine = self.dump()
         with self._ipvs() as ipvs:
             from pyroute2 import IPVSService
             for vs in mine.services:
                 ipvs.service("del", IPVSService(**self._key(vs)))
-        saved = ns.run([f"{self.iptables}-save"], self.netns, check=False).stdout
-        payload = _removal_payload(saved, CHAINS)
-        if payload:
-            ns.run([f"{self.iptables}-restore", "--noflush"], self.netns, input=payload)
+        chains = self.iptables.cleanup(owned=n.is_ipvs_chain)
         self._ipset_restore([f"destroy {s.name}" for s in mine.sets])
         ns.run(["ip", "link", "del", n.INTERFACE], self.netns, check=False)
+        self._prepared = False
+        return len(mine.services) + chains
 
     # ------------------------------------------------------------------ helpers
-
-    def _ensure_jumps(self) -> None:
-        saved = ns.run([f"{self.iptables}-save"], self.netns).stdout
-        missing = _missing_jumps(saved)
-        if missing:
-            ns.run([f"{self.iptables}-restore", "--noflush"], self.netns, input=missing)
 
     def _ip_batch(self, lines: list[str]) -> None:
         if lines:
@@ -251,47 +237,3 @@ def _set_family(words: list[str]) -> IPFamily:
 def _canon_entry(entry: str) -> str:
     """ipset save writes IPv6 entries and nets canonically already; nothing to do for IPv4."""
     return entry
-
-
-def _jump_line(chain: str, target: str, comment: str, extra: str) -> str:
-    """A jump as iptables-save prints it (extra matches, then the comment, then the target)."""
-    return " ".join(["-A", chain, *extra.split(), "-m", "comment", "--comment", f'"{comment}"', "-j", target])
-
-
-def _missing_jumps(saved: str) -> str:
-    """An iptables-restore --noflush payload inserting the entry jumps `saved` lacks ("" if none)."""
-    present = _by_table(saved)
-    out: list[str] = []
-    for table in ("mangle", "filter", "nat"):
-        lines = [_jump_line(c, t, com, ex).replace("-A ", "-I ", 1) for tab, c, t, com, ex in JUMPS
-                 if tab == table and _jump_line(c, t, com, ex) not in present.get(table, ())]
-        out += [f"*{table}", *lines, "COMMIT"] if lines else []
-    return "\n".join(out) + "\n" if out else ""
-
-
-def _removal_payload(saved: str, chains: dict[str, tuple[str, ...]]) -> str:
-    """Delete every rule jumping to one of `chains`, then flush and delete the chains themselves."""
-    present = _by_table(saved)
-    out: list[str] = []
-    for table, names in chains.items():
-        rules = present.get(table, ())
-        declared = {line.split()[0][1:] for line in rules if line.startswith(":")}
-        mine = [c for c in names if c in declared]
-        if not mine:
-            continue
-        jumps = [r.replace("-A ", "-D ", 1) for r in rules if r.startswith("-A ") and r.split()[1] not in names
-                 and any(r.endswith(f"-j {c}") for c in mine)]
-        out += [f"*{table}", *(f":{c} - [0:0]" for c in mine), *jumps, *(f"-X {c}" for c in mine), "COMMIT"]
-    return "\n".join(out) + "\n" if out else ""
-
-
-def _by_table(saved: str) -> dict[str, tuple[str, ...]]:
-    tables: dict[str, list[str]] = {}
-    current = ""
-    for line in saved.splitlines():
-        if line.startswith("*"):
-            current = line[1:]
-            tables[current] = []
-        elif current and (line.startswith("-A ") or line.startswith(":")):
-            tables[current].append(line)
-    return {k: tuple(v) for k, v in tables.items()}

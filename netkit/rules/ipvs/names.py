@@ -78,3 +78,17 @@ PROXY_FIREWALL = "KUBE-PROXY-FIREWALL"  # filter
 SOURCE_RANGES_FIREWALL = "KUBE-SOURCE-RANGES-FIREWALL"  # filter
 IPVS_FILTER = "KUBE-IPVS-FILTER"  # filter
 INTERNAL_MARK = "KUBE-IPVS-INTERNAL"  # mangle: marks in-cluster traffic to eTP=Local external addresses
+
+# Every iptables chain of the IPVS layout, per table: a dump reads only these (and the built-in
+# chains, for the entry jumps), so no plan and no cleanup of IPVS mode can touch anyone else's.
+CHAINS: dict[str, tuple[str, ...]] = {
+    "mangle": (INTERNAL_MARK,),
+    "filter": (FORWARD, NODE_PORT_CHAIN, PROXY_FIREWALL, SOURCE_RANGES_FIREWALL, IPVS_FILTER),
+    "nat": (SERVICES, POSTROUTING, NODE_PORT_CHAIN, LOAD_BALANCER_CHAIN, MARK_MASQ),
+}
+_ALL_CHAINS = frozenset(c for chains in CHAINS.values() for c in chains)
+
+
+def is_ipvs_chain(chain: str) -> bool:
+    """An iptables chain IPVS mode writes (and may flush, rewrite or delete)."""
+    return chain in _ALL_CHAINS

@@ -9,23 +9,29 @@
   kernel dump, deletes it once ActiveConn is 0. We do not wait for InActConn: IPVS keeps TIME_WAIT
   entries for a fixed 2 minutes and counts them as inactive, and dropping them harms nobody.
   UDP and SCTP real servers are deleted at once (with vs/expire_nodest_conn=1 their flows move on).
-- Set entries and kube-ipvs0 addresses are diffed as sets. The iptables payload is restored only
-  when its digest differs.
+- Set entries and kube-ipvs0 addresses are diffed as sets. The iptables payload is planned by the
+  iptables backend's planner: only chains whose rules differ are written, missing entry jumps
+  inserted (and applied by the iptables kernel edge: backend choice, `--wait`, batching).
+- `only` (a compile.Changes from `Compiler.changed_since`) names what can differ; everything else
+  is not even compared, and the plan is the one a full comparison gives (a property test checks).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 
 from netkit.model import IPFamily, Protocol
 from netkit.model.types import IPAddress
+from netkit.rules.iptables import plan as ipt_plan
 from netkit.rules.ipvs import names as n
-from netkit.rules.ipvs.compile import payload_digest
+from netkit.rules.ipvs.compile import Changes
 from netkit.rules.ipvs.ruleset import (
     IPSet,
     RealServer,
     Ruleset,
     VirtualServer,
+    VSKey,
     _real_line,
     _service_line,
     render_addresses,
@@ -48,33 +54,57 @@ class Plan:
     add_reals: tuple[tuple[VirtualServer, RealServer], ...] = ()
     set_reals: tuple[tuple[VirtualServer, RealServer], ...] = ()  # new weight (0 = draining)
     del_reals: tuple[tuple[VirtualServer, RealServer], ...] = ()
-    iptables: str = ""  # payload to restore; "" = unchanged
+    iptables: ipt_plan.Plan | None = None  # the payload's chains to write and jumps to insert; None = unchanged
     draining: int = 0  # real servers left at weight 0 with live connections after this plan
 
     @property
     def empty(self) -> bool:
         return not any(getattr(self, f.name) for f in fields(self) if f.name not in ("family", "draining"))
 
+    def stats(self) -> dict[str, int]:
+        """How much the plan changes, by kind of object (what a sync reports)."""
+        chains = self.iptables.chains_written if self.iptables else 0
+        return {"virtual_servers_added": len(self.add_services), "virtual_servers_changed": len(self.set_services),
+                "virtual_servers_deleted": len(self.del_services), "real_servers_added": len(self.add_reals),
+                "real_servers_changed": len(self.set_reals), "real_servers_deleted": len(self.del_reals),
+                "set_entries_added": len(self.add_entries) + sum(len(s.entries) for s in self.create_sets),
+                "set_entries_deleted": len(self.del_entries),
+                "sets_created": len(self.create_sets), "sets_destroyed": len(self.destroy_sets),
+                "addresses_added": len(self.add_addresses), "addresses_deleted": len(self.del_addresses),
+                "iptables_chains_written": chains, "draining": self.draining}
 
-def plan(committed: Ruleset, desired: Ruleset) -> Plan:
+    @property
+    def changes(self) -> int:
+        """The number of objects written (virtual and real servers, set entries, addresses, chains)."""
+        return sum(v for k, v in self.stats().items() if k != "draining")
+
+
+def plan(committed: Ruleset, desired: Ruleset, *, only: Changes | None = None) -> Plan:
     addr_now, addr_want = committed.addresses, desired.addresses
-    same_payload = payload_digest(committed.iptables) == payload_digest(desired.iptables)
-    base = Plan(desired.family, add_addresses=_sorted_ips(addr_want - addr_now),
-                del_addresses=_sorted_ips(addr_now - addr_want),
-                iptables="" if same_payload or not desired.iptables else desired.iptables)
-    return _plan_services(committed, desired, _plan_sets(committed.sets, desired.sets, base))
+    if only is not None and not only.addresses:
+        added: frozenset[IPAddress] = frozenset()
+        gone: frozenset[IPAddress] = frozenset()
+    else:
+        added, gone = addr_want - addr_now, addr_now - addr_want
+    payload = ipt_plan.plan(committed.iptables, desired.iptables, only=None if only is None else only.chains)
+    base = Plan(desired.family, add_addresses=_sorted_ips(added), del_addresses=_sorted_ips(gone),
+                iptables=None if payload.empty else payload)
+    sets = _plan_sets(committed.sets, desired.sets, base, None if only is None else only.sets)
+    return _plan_services(committed, desired, sets, None if only is None else only.services)
 
 
 def _sorted_ips(ips: frozenset[IPAddress]) -> tuple[IPAddress, ...]:
     return tuple(sorted(ips, key=lambda a: (a.version, int(a))))
 
 
-def _plan_sets(now: tuple[IPSet, ...], want: tuple[IPSet, ...], p: Plan) -> Plan:
+def _plan_sets(now: tuple[IPSet, ...], want: tuple[IPSet, ...], p: Plan, only: frozenset[str] | None) -> Plan:
     old = {s.name: s for s in now}
     new = {s.name: s for s in want}
     add: list[tuple[str, str]] = []
     delete: list[tuple[str, str]] = []
     for name in sorted(old.keys() & new.keys()):
+        if old[name] is new[name] or (only is not None and name not in only):
+            continue
         add += [(name, e) for e in sorted(new[name].entries - old[name].entries)]
         delete += [(name, e) for e in sorted(old[name].entries - new[name].entries)]
     return replace(p, create_sets=tuple(new[k] for k in sorted(new.keys() - old.keys())), add_entries=tuple(add),
@@ -84,25 +114,31 @@ def _plan_sets(now: tuple[IPSet, ...], want: tuple[IPSet, ...], p: Plan) -> Plan
 Pairs = list[tuple[VirtualServer, RealServer]]
 
 
-def _plan_services(committed: Ruleset, desired: Ruleset, p: Plan) -> Plan:
-    old = {s.key: s for s in committed.services}
-    new = {s.key: s for s in desired.services}
+def _plan_services(committed: Ruleset, desired: Ruleset, p: Plan, only: frozenset[VSKey] | None) -> Plan:
+    old, new = committed.index, desired.index
+    keys: Iterable[VSKey] = old.keys() | new.keys() if only is None else only
     add_r: Pairs = []
     set_r: Pairs = []
     del_r: Pairs = []
     changed: list[VirtualServer] = []
+    added: list[VirtualServer] = []
+    gone: list[VirtualServer] = []
     draining = 0
-    for key in sorted(old.keys() & new.keys(), key=lambda k: k.sort_key):
-        have, want = old[key], new[key]
-        if have.spec != want.spec:
-            changed.append(want)
-        draining += _plan_reals(have, want, add_r, set_r, del_r)
-    return replace(
-        p,
-        add_services=tuple(new[k] for k in sorted(new.keys() - old.keys(), key=lambda k: k.sort_key)),
-        del_services=tuple(old[k] for k in sorted(old.keys() - new.keys(), key=lambda k: k.sort_key)),
-        set_services=tuple(changed), add_reals=tuple(add_r), set_reals=tuple(set_r), del_reals=tuple(del_r),
-        draining=draining)
+    for key in sorted(keys, key=lambda k: k.sort_key):
+        have, want = old.get(key), new.get(key)
+        if have is want:
+            continue
+        if have is None:
+            assert want is not None
+            added.append(want)
+        elif want is None:
+            gone.append(have)
+        else:
+            if have.spec != want.spec:
+                changed.append(want)
+            draining += _plan_reals(have, want, add_r, set_r, del_r)
+    return replace(p, add_services=tuple(added), del_services=tuple(gone), set_services=tuple(changed),
+                   add_reals=tuple(add_r), set_reals=tuple(set_r), del_reals=tuple(del_r), draining=draining)
 
 
 def _plan_reals(have: VirtualServer, want: VirtualServer, add_r: Pairs, set_r: Pairs, del_r: Pairs) -> int:
@@ -152,8 +188,9 @@ def apply_to(committed: Ruleset, p: Plan) -> Ruleset:
     for name, entry in p.del_entries:
         sets[name] = replace(sets[name], entries=sets[name].entries - {entry})
     addresses = (committed.addresses | set(p.add_addresses)) - set(p.del_addresses)
+    payload = ipt_plan.apply_to(committed.iptables, p.iptables) if p.iptables else committed.iptables
     return Ruleset(committed.family, sort_services(list(services.values())), frozenset(addresses),
-                   tuple(sorted(sets.values(), key=lambda s: s.name)), p.iptables or committed.iptables)
+                   tuple(sorted(sets.values(), key=lambda s: s.name)), payload)
 
 
 def owned(services: tuple[VirtualServer, ...], addresses: frozenset[IPAddress],
@@ -184,7 +221,7 @@ def render_plan(p: Plan) -> str:
     lines += [f"ipset add {name} {e}" for name, e in p.add_entries]
     lines += [line for a in p.add_addresses for line in render_addresses(frozenset({a})).splitlines()[1:]]
     if p.iptables:
-        lines += ["iptables-restore --noflush <<EOF", p.iptables.rstrip("\n"), "EOF"]
+        lines += _render_iptables(p.iptables)
     for s in p.add_services:
         lines += ["ipvsadm " + _service_line(s)] + ["ipvsadm " + _real_line(s, r) for r in s.reals]
     lines += ["ipvsadm " + _service_line(s).replace("-A ", "-E ", 1) for s in p.set_services]
@@ -199,3 +236,18 @@ def render_plan(p: Plan) -> str:
     if p.draining:
         lines.append(f"# {p.draining} real server(s) draining (weight 0, live connections): deleted by a later sync")
     return "\n".join(lines) + "\n"
+
+
+def _render_iptables(p: ipt_plan.Plan) -> list[str]:
+    tool = "iptables" if p.family is IPFamily.IPV4 else "ip6tables"
+    payload = ipt_plan.render_plan(p).rstrip("\n")
+    lines = [f"{tool}-restore --noflush <<EOF", payload, "EOF"] if payload else []
+    return lines + [f"{tool} -t {j.table} -I {j.chain} {j.position} {j.rule}" for j in p.jumps]
+
+
+def describe(p: Plan) -> str:
+    """The plan for people: the commands, with the iptables chains as unified diffs (live → desired)."""
+    if p.iptables is None:
+        return render_plan(p)
+    text = render_plan(replace(p, iptables=None))
+    return text + ipt_plan.describe(p.iptables)

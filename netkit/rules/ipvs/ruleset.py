@@ -3,7 +3,8 @@ ipsets and the iptables payload that IPVS mode still needs.
 
 `render()` prints it readably: the virtual servers in `ipvsadm-save -n` syntax (so the section can be
 fed to `ipvsadm-restore`), the addresses as `ip addr` lines, the sets in `ipset save` syntax and the
-iptables payload as `iptables-restore` input. `parse(render(r)) == r`.
+iptables payload (an iptables-backend Ruleset: IPVS mode's chains, and its entry jumps in the
+built-in chains) in `iptables-save` syntax. `parse(render(r)) == r`.
 
 Connection counters (active/inactive) of real servers are read from the kernel for graceful
 termination; they are not part of a real server's identity or equality.
@@ -12,11 +13,13 @@ termination; they are not part of a real server's identity or equality.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from ipaddress import ip_address
 
 from netkit.model import IPFamily, Protocol
 from netkit.model.types import IPAddress
+from netkit.rules.iptables import ruleset as ipt
 
 SCHEDULERS = frozenset({"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf",
                         "mh", "twos"})
@@ -104,19 +107,44 @@ class IPSet:
         return f"create {self.name} {self.type} family {fam} hashsize 1024 maxelem 65536"
 
 
+def _no_payload() -> ipt.Ruleset:
+    return ipt.Ruleset(IPFamily.IPV4)
+
+
 @dataclass(frozen=True, slots=True)
 class Ruleset:
     family: IPFamily
     services: tuple[VirtualServer, ...] = ()  # sorted by key
     addresses: frozenset[IPAddress] = frozenset()  # on kube-ipvs0
     sets: tuple[IPSet, ...] = ()  # sorted by name
-    iptables: str = ""  # iptables-restore --noflush payload; "" = not known (a dump does not read it)
+    # IPVS mode's iptables chains and, in the built-in chains, its entry jumps (a dump: the built-in
+    # chains as they are, with everyone's rules; only IPVS mode's own chains besides).
+    iptables: ipt.Ruleset = field(default_factory=_no_payload)
+    _index: Mapping[VSKey, VirtualServer] | None = field(default=None, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.iptables.family is not self.family and not self.iptables.tables:
+            object.__setattr__(self, "iptables", ipt.Ruleset(self.family))
+
+    @property
+    def index(self) -> Mapping[VSKey, VirtualServer]:
+        """Virtual servers by key (built on first use; the compiler hands its own over)."""
+        if self._index is None:
+            object.__setattr__(self, "_index", {s.key: s for s in self.services})
+        assert self._index is not None
+        return self._index
 
     def service(self, key: VSKey) -> VirtualServer | None:
-        return next((s for s in self.services if s.key == key), None)
+        return self.index.get(key)
 
     def set(self, name: str) -> IPSet | None:
         return next((s for s in self.sets if s.name == name), None)
+
+
+def with_index(r: Ruleset, index: Mapping[VSKey, VirtualServer]) -> Ruleset:
+    """`r`, its by-key index given (the caller vouches it matches `r.services` and never changes)."""
+    object.__setattr__(r, "_index", index)
+    return r
 
 
 def sort_services(services: list[VirtualServer] | tuple[VirtualServer, ...]) -> tuple[VirtualServer, ...]:
@@ -164,8 +192,23 @@ def render_sets(sets: tuple[IPSet, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_iptables(payload: str) -> str:
-    return "# iptables (iptables-restore --noflush)\n" + payload
+def render_iptables(payload: ipt.Ruleset) -> str:
+    return "# iptables (iptables-save; the jumps in built-in chains are inserted with -C/-I)\n" + ipt.render(payload)
+
+
+def to_json(r: Ruleset) -> dict[str, object]:
+    """The Ruleset as plain data (`netkit compile -o json`): every part structured, none as text."""
+    return {
+        "virtual_servers": [{
+            "protocol": vs.protocol.value, "address": str(vs.ip) if vs.ip else None, "port": vs.port,
+            "fwmark": vs.fwmark, "scheduler": vs.scheduler, "persistent": vs.persistent, "comment": vs.comment,
+            "real_servers": [{"address": str(x.ip), "port": x.port, "weight": x.weight} for x in vs.reals],
+        } for vs in r.services],
+        "addresses": [str(a) for a in sorted(r.addresses, key=lambda a: (a.version, int(a)))],
+        "ipsets": [{"name": s.name, "type": s.type, "entries": sorted(s.entries)} for s in r.sets],
+        "iptables": {"tables": {t: {c: list(rules) for c, rules in chains.items()}
+                                for t, chains in r.iptables.tables.items()}},
+    }
 
 
 _SVC = re.compile(r"^-A (?:(-t|-u|--sctp-service) (\S+)|-f (\d+)) -s (\S+)(?: -p (\d+))?(?:  # (.*))?$")
@@ -190,11 +233,10 @@ def parse(text: str) -> Ruleset:
             current = line.split()[1]
         elif line or current == "iptables":
             sections.setdefault(current, []).append(line)
-    payload = "\n".join(sections.get("iptables", []))
+    payload = ipt.parse("\n".join(sections.get("iptables", [])), family)
     return Ruleset(family, _parse_ipvs(sections.get("ipvs", []), family),
                    frozenset(ip_address(a.split()[3].split("/")[0]) for a in sections.get("addresses", [])),
-                   _parse_sets(sections.get("ipsets", []), family),
-                   payload + "\n" if payload.strip() else "")
+                   _parse_sets(sections.get("ipsets", []), family), payload)
 
 
 def _parse_ipvs(lines: list[str], family: IPFamily) -> tuple[VirtualServer, ...]:

@@ -1,0 +1,113 @@
+"""The IPVS Compiler remembers what it made; whatever the sequence of changes, its result equals a fresh
+compile, planning with its hint (`changed_since`) gives the plan a full comparison gives, and that
+plan, applied by the fake kernel, turns the previous ruleset into the new one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from ipaddress import ip_address
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from netkit.config import Config, parse_cidrs
+from netkit.model import IPFamily, NodeState, Protocol, ServicePortState
+from netkit.rules.ipvs.compile import Compiler, compile
+from netkit.rules.ipvs.fake import FakeKernel
+from netkit.rules.ipvs.plan import plan
+from netkit.rules.ipvs.ruleset import Ruleset
+from tests.unit.ipvs_states import NODE, sp, state
+
+CFG = Config(mode="ipvs", node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16"], "t"))
+V4 = IPFamily.IPV4
+
+# (endpoint count, variant): variants cover NodePort, eTP=Local with an LB IP (a fwmark service and
+# mangle rules), affinity, UDP, and an external IP that two services share (one virtual server,
+# claimed twice).
+Spec = tuple[int, int]
+
+
+def port(i: int, count: int, variant: int) -> ServicePortState:
+    eps = tuple(f"10.244.{i}.{j + 1}" for j in range(count))
+    local = eps[::2]
+    kinds = [
+        {},
+        {"node_port": 30000 + i},
+        {"lb_ips": (f"198.51.100.{i + 1}",), "etp_local": True, "local_eps": local, "node_port": 31000 + i},
+        {"affinity": 600 + i},
+        {"proto": Protocol.UDP, "target": 5353},
+        {"external_ips": ("198.51.100.250",)},
+        {"lb_ips": (f"198.51.100.{i + 1}",), "source_ranges": ("203.0.113.0/28",)},
+    ]
+    return sp(f"s{i}", f"10.96.0.{i + 1}", 80, eps, **kinds[variant % len(kinds)])  # type: ignore[arg-type]
+
+
+services = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6)), min_size=0, max_size=6)
+
+
+def states(steps: list[list[Spec]], cache: dict[tuple[int, int, int], ServicePortState]) -> list[NodeState]:
+    out = []
+    for specs in steps:
+        ports = []
+        for i, (count, variant) in enumerate(specs):
+            key = (i, count, variant)
+            if key not in cache:  # an unchanged service port stays the very same object, as the store does
+                cache[key] = port(i, count, variant)
+            ports.append(cache[key])
+        out.append(state(*ports))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(services, min_size=1, max_size=5), st.booleans())
+def test_incremental_compile_and_plan_equal_the_full_ones(steps: list[list[Spec]], node_moves: bool) -> None:
+    compiler = Compiler(CFG, V4)
+    cache: dict[tuple[int, int, int], ServicePortState] = {}
+    fake = FakeKernel(V4)
+    previous: Ruleset | None = None
+    for n, st_ in enumerate(states(steps, cache)):
+        if node_moves and n >= 2:  # another node address: every NodePort moves, the compiler starts over
+            st_ = replace(st_, node=replace(NODE, ips=(ip_address("192.0.2.11"),)))
+        desired = compiler.compile(st_)
+        assert desired == compile(st_, CFG, V4)
+        committed = fake.dump()
+        full = plan(committed, desired)
+        if previous is not None:
+            hint = compiler.changed_since(previous)
+            if hint is not None:
+                assert plan(previous, desired, only=hint) == plan(previous, desired)
+        fake.apply(full)
+        after = fake.dump()
+        assert (after.services, after.addresses, after.sets, after.iptables) == (
+            desired.services, desired.addresses, desired.sets, desired.iptables)
+        assert plan(after, desired).empty
+        previous = desired
+
+
+def test_one_endpoint_removed_touches_one_service_port() -> None:
+    ports = [port(i, 3, 1) for i in range(20)]
+    compiler = Compiler(CFG, V4)
+    first = compiler.compile(state(*ports))
+    smaller = port(7, 2, 1)
+    second = compiler.compile(state(*ports[:7], smaller, *ports[8:]))
+    hint = compiler.changed_since(first)
+    assert hint is not None
+    assert {str(k) for k in hint.services} == {"tcp 10.96.0.8:80", "tcp 192.0.2.10:30007"}
+    assert hint.sets == {"KUBE-LOOP-BACK"} and not hint.addresses and not hint.chains
+    # unchanged parts are the very same objects: the planner compares them by identity
+    assert second.iptables is first.iptables
+    assert [s for s in second.sets if s.name != "KUBE-LOOP-BACK"] == [s for s in first.sets
+                                                                       if s.name != "KUBE-LOOP-BACK"]
+    assert all(a is b for a, b in zip(first.services[:7], second.services[:7], strict=True))
+    p = plan(first, second, only=hint)
+    assert [str(r.ip) for _, r in p.del_reals] == ["10.244.7.3", "10.244.7.3"]
+    assert p.del_entries == (("KUBE-LOOP-BACK", "10.244.7.3,tcp:8080,10.244.7.3"),)
+    assert p.stats()["real_servers_deleted"] == 2 and p.changes == 3
+
+
+def test_a_hint_about_another_ruleset_is_refused() -> None:
+    compiler = Compiler(CFG, V4)
+    a = compiler.compile(state(port(0, 2, 0)))
+    compiler.compile(state(port(0, 3, 0)))
+    assert compiler.changed_since(a) is not None
+    assert compiler.changed_since(compile(state(port(0, 2, 0)), CFG, V4)) is None
