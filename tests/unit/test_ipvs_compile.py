@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
+import pytest
+
+from netkit.cli import main
 from netkit.config import Config
 from netkit.model import IPFamily, Protocol, build
 from netkit.rules.iptables.ruleset import render as render_iptables
@@ -141,3 +145,16 @@ def test_render_parse_round_trip_over_the_examples() -> None:
     for family in IPFamily:
         r = compile(st, CFG, family)
         assert parse(render(r)) == r
+
+
+def test_compile_json_is_structured(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compile", "--mode", "ipvs", "-f", str(EXAMPLES), "--node-name", "node-a", "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["families"]["IPv4"]
+    assert "text" not in doc
+    web = next(v for v in doc["virtual_servers"] if v["address"] == "10.96.0.10" and v["port"] == 80)
+    assert web["scheduler"] == "rr" and web["comment"] == "default/web:http cluster IP"
+    assert {r["address"] for r in web["real_servers"]} == {"10.244.1.11", "10.244.1.12", "10.244.2.11"}
+    assert "10.96.0.10" in doc["addresses"]
+    assert "10.96.0.10,tcp:80" in next(s for s in doc["ipsets"] if s["name"] == "KUBE-CLUSTER-IP")["entries"]
+    jumps = doc["iptables"]["tables"]["nat"]["PREROUTING"]
+    assert jumps == ['-m comment --comment "kubernetes service portals" -j KUBE-SERVICES']

@@ -129,7 +129,7 @@ class Compiler:
         self._memo: dict[int, tuple[ServicePortState, int, Part]] = {}
         self._services: dict[VSKey, VirtualServer] = {}
         self._contenders: dict[VSKey, list[VirtualServer]] = {}  # keys that two service ports claim
-        self._keys: list[VSKey] = []  # sorted by sort_key
+        self._sorted: list[VirtualServer] = []  # the winners, sorted by key
         self._addresses: Counter[IPAddress] = Counter()
         self._entries: dict[str, Counter[str]] = {base: Counter() for base in n.SET_TYPES}
         self._mangle: dict[int, tuple[tuple[str, str], tuple[str, ...]]] = {}
@@ -146,17 +146,19 @@ class Compiler:
         marks = fwmarks(ports)
         t = _Touched()
         old, memo = self._memo, {}
+        pop = old.pop
         for sp in ports:
-            mark = marks.get(sp.key, 0)
-            hit = old.pop(id(sp), None)
+            ident = id(sp)
+            mark = marks.get(ident, 0) if marks else 0
+            hit = pop(ident, None)
             if hit is not None:
                 if hit[0] is sp and hit[1] == mark:
-                    memo[id(sp)] = hit
+                    memo[ident] = hit
                     continue
-                self._remove(id(sp), hit[2], t)
+                self._remove(ident, hit[2], t)
             part = compile_port(ctx, sp, mark)
-            self._add(id(sp), sp, part, t)
-            memo[id(sp)] = (sp, mark, part)
+            self._add(ident, sp, part, t)
+            memo[ident] = (sp, mark, part)
         for ident, (_, _, part) in old.items():  # service ports that changed or went away
             self._remove(ident, part, t)
         self._memo = memo
@@ -218,11 +220,11 @@ class Compiler:
         cur = self._services.get(k)
         if cur is None:
             self._services[k] = vs
-            insort(self._keys, k, key=_sort_key)
+            insort(self._sorted, vs, key=_sort_key)
             return
         contenders = self._contenders.setdefault(k, [cur])
         contenders.append(vs)
-        self._services[k] = min(contenders, key=_claim)
+        self._crown(k, min(contenders, key=_claim))
 
     def _remove_service(self, vs: VirtualServer, t: _Touched) -> None:
         k = vs.key
@@ -230,12 +232,17 @@ class Compiler:
         contenders = self._contenders.get(k)
         if contenders is None:
             del self._services[k]
-            del self._keys[bisect_left(self._keys, k.sort_key, key=_sort_key)]
+            del self._sorted[bisect_left(self._sorted, k.sort_key, key=_sort_key)]
             return
         del contenders[next(i for i, c in enumerate(contenders) if c is vs)]
-        self._services[k] = min(contenders, key=_claim)
+        self._crown(k, min(contenders, key=_claim))
         if len(contenders) == 1:
             del self._contenders[k]
+
+    def _crown(self, k: VSKey, vs: VirtualServer) -> None:
+        """`vs` is now the virtual server of key `k` (which stays)."""
+        self._services[k] = vs
+        self._sorted[bisect_left(self._sorted, k.sort_key, key=_sort_key)] = vs
 
     def _build(self, t: _Touched, fresh: bool) -> Ruleset:
         last = None if fresh else self._result
@@ -248,7 +255,7 @@ class Compiler:
         if last is not None and not t.services:
             services, index = last.services, last.index
         else:
-            services, index = tuple(self._services[k] for k in self._keys), dict(self._services)
+            services, index = tuple(self._sorted), dict(self._services)
         addresses = last.addresses if last is not None and not t.addresses else frozenset(self._addresses)
         payload = last.iptables if last is not None and not t.mangle else self._payload()
         return with_index(Ruleset(self.family, services, addresses, sets, payload), index)
@@ -260,8 +267,8 @@ class Compiler:
         return ipt.Ruleset(self.family, tables)
 
 
-def _sort_key(k: VSKey) -> tuple[int, int, int, int, str]:
-    return k.sort_key
+def _sort_key(vs: VirtualServer) -> tuple[int, int, int, int, str]:
+    return vs.key.sort_key
 
 
 def _claim(vs: VirtualServer) -> str:
@@ -284,17 +291,18 @@ def scheduler(sp: ServicePortState, config: Config) -> str:
     return wanted if wanted in SCHEDULERS else config.ipvs_scheduler
 
 
-def fwmarks(ports: Sequence[ServicePortState]) -> dict[object, int]:
-    """A stable firewall mark per service port that needs the anti-#75262 fwmark service: hashed
-    from its name (so marks do not move when other services come and go), linear probing on a clash."""
+def fwmarks(ports: Sequence[ServicePortState]) -> dict[int, int]:
+    """A stable firewall mark per service port (by the port object's id) that needs the anti-#75262
+    fwmark service: hashed from its name (so marks do not move when other services come and go),
+    linear probing on a clash."""
     taken: set[int] = set()
-    out: dict[object, int] = {}
+    out: dict[int, int] = {}
     for sp in sorted((p for p in ports if _needs_fwmark(p)), key=lambda p: (str(p.name), p.protocol.value)):
         slot = _slot(f"{sp.name}/{sp.protocol.lower}")
         while slot in taken:
             slot = (slot + 1) % n.FWMARK_SLOTS
         taken.add(slot)
-        out[sp.key] = n.FWMARK_BASE | slot
+        out[id(sp)] = n.FWMARK_BASE | slot
     return out
 
 
