@@ -112,9 +112,10 @@ def main() -> int:
         ipt = r["ipt_compile"] + r["ipt_plan"]
         print(f"{n} services × {args.endpoints} endpoints ({r['virtual_servers']:.0f} virtual servers; first "
               f"compile {r['first_compile']:.0f} ms), one endpoint removed, median of {args.changes}:")
-        print(f"  IPVS incremental  compile {r['inc_compile']:7.2f} ms  plan {r['inc_plan']:7.2f} ms  = {inc:7.2f} ms")
-        print(f"  IPVS full         compile {r['full_compile']:7.2f} ms  plan {r['full_plan']:7.2f} ms  = {full:7.2f} ms")
-        print(f"  iptables memo     compile {r['ipt_compile']:7.2f} ms  plan {r['ipt_plan']:7.2f} ms  = {ipt:7.2f} ms")
+        for label, key, total in (("IPVS incremental", "inc", inc), ("IPVS full", "full", full),
+                                  ("iptables memo", "ipt", ipt)):
+            print(f"  {label:17} compile {r[key + '_compile']:7.2f} ms  plan {r[key + '_plan']:7.2f} ms"
+                  f"  = {total:7.2f} ms")
         print(f"  ratio incremental / full = {inc / full:.3f}   incremental / iptables = {inc / ipt:.2f}")
     return 0
 

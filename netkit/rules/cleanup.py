@@ -106,12 +106,10 @@ class Survey:
 @cache
 def _ipvs_layout() -> tuple[frozenset[str], frozenset[tuple[str, str, str]]]:
     """(chains, entry jumps as (table, chain, rule)) of the IPVS mode."""
-    from netkit.rules.ipvs.kernel import CHAINS, JUMPS
+    from netkit.rules.ipvs.compile import entry_jumps
+    from netkit.rules.ipvs.names import CHAINS
     chains = frozenset(c for names in CHAINS.values() for c in names)
-    jumps = frozenset((table, chain, " ".join([*extra.split(), "-m", "comment", "--comment", f'"{comment}"',
-                                               "-j", target]))
-                      for table, chain, target, comment, extra in JUMPS)
-    return chains, jumps
+    return chains, entry_jumps()
 
 
 @cache

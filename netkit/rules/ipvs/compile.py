@@ -407,6 +407,16 @@ JUMPS: dict[str, dict[str, tuple[tuple[str, str, str], ...]]] = {
 }
 
 
+def _jump_rule(target: str, comment: str, matches: str) -> str:
+    return ipt.normalize(f'{matches} -m comment --comment "{comment}" -j {target}'.strip(), IPFamily.IPV4)
+
+
+def entry_jumps() -> frozenset[tuple[str, str, str]]:
+    """Every entry jump of IPVS mode as (table, built-in chain, rule) (the same in both families)."""
+    return frozenset((table, chain, _jump_rule(*j)) for table, chains in JUMPS.items()
+                     for chain, js in chains.items() for j in js)
+
+
 def _fixed_chains(config: Config, family: IPFamily) -> dict[str, dict[str, tuple[str, ...]]]:
     """Every chain of the payload but KUBE-IPVS-INTERNAL's rules: they depend on the config only
     (the services live in the ipsets)."""
@@ -417,8 +427,7 @@ def _fixed_chains(config: Config, family: IPFamily) -> dict[str, dict[str, tuple
             if line.startswith("-A "):
                 chain, _, rule = line[3:].partition(" ")
                 chains[chain].append(ipt.normalize(rule, family))
-        jumps = {chain: tuple(ipt.normalize(f'{m} -m comment --comment "{c}" -j {t}'.strip(), family)
-                              for t, c, m in js) for chain, js in JUMPS[table].items()}
+        jumps = {chain: tuple(_jump_rule(*j) for j in js) for chain, js in JUMPS[table].items()}
         tables[table] = {**jumps, **{c: tuple(r) for c, r in chains.items()}}
     return tables
 
