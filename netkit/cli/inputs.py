@@ -13,9 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from netkit.config import Config, ConfigError, from_kube_proxy_configuration, parse_cidrs, parse_ips
+from netkit.config import Config, ConfigError, load_kube_proxy_configuration, parse_cidrs, parse_ips
 from netkit.errors import NetkitError, Problem
 from netkit.model import NodeState, Objects, build
 from netkit.sources.manifests import load
@@ -49,10 +47,9 @@ def add_input_options(p: argparse.ArgumentParser, *, manifests_required: bool = 
 def config_from_args(args: argparse.Namespace) -> Config:
     cfg = Config()
     if getattr(args, "config", None):
-        cfg = from_kube_proxy_configuration(_read_yaml(args.config), args.config)
-        if cfg.ignored:
-            print(f"netkit: {args.config}: ignoring fields netkit does not use: {', '.join(cfg.ignored)}",
-                  file=sys.stderr)
+        cfg = load_kube_proxy_configuration(_read_text(args.config), args.config)
+        for warning in cfg.warnings:
+            print(f"netkit: warning: {warning}", file=sys.stderr)
     changes: dict[str, Any] = {}
     if getattr(args, "mode", None):
         changes["mode"] = args.mode
@@ -82,10 +79,8 @@ def report_problems(problems: tuple[Problem, ...], *, strict: bool) -> None:
         raise NetkitError(f"{len(problems)} invalid object(s) and --strict is set")
 
 
-def _read_yaml(path: str) -> Any:
+def _read_text(path: str) -> str:
     try:
-        return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc

@@ -493,7 +493,18 @@ def _node(r: _Reader, doc: Mapping[str, Any]) -> list[KubeObject]:
         atype = r.string(a.get("type"), f"status.addresses[{i}].type", required=True) or ""
         if atype in ("InternalIP", "ExternalIP"):
             addresses.append((atype, r.ip(a.get("address"), f"status.addresses[{i}].address")))
-    return [Node(ref.name, tuple(addresses), r.labels(meta.get("labels"), "metadata.labels"))]
+    spec = r.mapping(doc.get("spec"), "spec")
+    raw_cidrs = r.sequence(spec.get("podCIDRs"), "spec.podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+    cidrs = []
+    for i, text in enumerate(raw_cidrs):
+        try:
+            cidrs.append(ip_network(str(text), strict=False))
+        except ValueError:
+            r.fail(f"spec.podCIDRs[{i}]", f"{text!r} is not a CIDR")
+    taints = tuple(str(r.mapping(t, f"spec.taints[{i}]").get("key") or "")
+                   for i, t in enumerate(r.sequence(spec.get("taints"), "spec.taints")))
+    return [Node(ref.name, tuple(addresses), r.labels(meta.get("labels"), "metadata.labels"), tuple(cidrs),
+                 bool(meta.get("deletionTimestamp")), taints)]
 
 
 def _pod(r: _Reader, doc: Mapping[str, Any]) -> list[KubeObject]:

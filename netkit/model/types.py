@@ -177,6 +177,9 @@ class Node:
     name: str
     addresses: tuple[tuple[str, IPAddress], ...] = ()  # (type, address): InternalIP, ExternalIP
     labels: tuple[tuple[str, str], ...] = ()
+    pod_cidrs: tuple[IPNetwork, ...] = ()  # spec.podCIDRs (detectLocalMode NodeCIDR)
+    deleting: bool = False  # metadata.deletionTimestamp is set
+    taints: tuple[str, ...] = ()  # spec.taints[].key (ToBeDeletedByClusterAutoscaler: not eligible)
 
     @property
     def zone(self) -> str | None:

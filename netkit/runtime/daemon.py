@@ -27,21 +27,30 @@ import logging
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 
 from netkit.config import Config
+from netkit.errors import NetkitError
 from netkit.model import IPFamily, NodeState
 from netkit.model.conntrack import frontends, ports_to_check
 from netkit.model.state import StateBuilder
-from netkit.model.types import LAST_CHANGE_TRIGGER_TIME, EndpointSlice
+from netkit.model.types import LAST_CHANGE_TRIGGER_TIME, EndpointSlice, Node
 from netkit.rules.backend import Backend
 from netkit.runtime.conntrack import CleanupWorker, ConntrackCleaner, Reconciled
-from netkit.runtime.health import ProxyHealth, ServiceHealthServers, make_listener, proxy_health_app, service_health
-from netkit.runtime.metrics import Metrics
+from netkit.runtime.health import (
+    ProxyHealth,
+    ServiceHealthServers,
+    listen_hosts,
+    make_listener,
+    node_eligible,
+    proxy_health_app,
+    service_health,
+)
+from netkit.runtime.metrics import Metrics, rule_counts
 from netkit.runtime.runner import Runner
 from netkit.runtime.syncer import Syncer, SyncResult
 from netkit.sources.store import Change, Store
@@ -63,6 +72,8 @@ class DaemonOptions:
     dns_listen: str | None = None
     dns_upstreams: tuple[str, ...] = ()
     conntrack: bool = True
+    bind_hard_fail: bool = False  # a health/metrics port that cannot be bound stops the daemon
+    bind_retry: float = 5.0  # else it is logged and tried again this often (kube-proxy: 5 s)
     reflector_options: Any = None  # netkit.sources.reflector.ReflectorOptions; None: client-go's timings
 
 
@@ -71,18 +82,23 @@ class Daemon:
         cfg = options.config
         self.options = options
         self.store = Store()
-        self.metrics = Metrics()
-        self.health = ProxyHealth(cfg.sync_period)
+        self.metrics = Metrics(cfg.mode, options.families)
+        self.health = ProxyHealth(2 * cfg.sync_period, options.families, counts=self.metrics.count_probe)
+        self.backend = backend
         self.syncer = Syncer(cfg, backend, options.families, netns=options.netns)
         self.conntrack = CleanupWorker(ConntrackCleaner(options.netns), self._cleaned) if options.conntrack else None
         self.runner = Runner(self._sync, min_interval=cfg.min_sync_period, max_interval=cfg.sync_period)
-        self.service_health = ServiceHealthServers(options.netns, options.health_check_host)
+        self.service_health = ServiceHealthServers(options.netns, options.health_check_host, self.health)
         self.state_builder = StateBuilder()  # unchanged services come back as the same objects
         self.state: NodeState | None = None
         self.last_result: SyncResult | None = None
         self.synced = asyncio.Event()  # set after the first successful sync
         self._syncing = False
         self._trigger_times: list[float] = []
+        self._pending: dict[str, set[Any]] = {"Service": set(), "EndpointSlice": set()}
+        self._node_seen = False
+        self._node_changed = asyncio.Event()
+        self._http_tasks: list[asyncio.Task[None]] = []
         self._dns: Any = None
         self._dns_dirty = asyncio.Event()
 
@@ -95,12 +111,15 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
+        self.health.started()  # lastUpdated before the first sync, as kube-proxy's SyncLoop
+        for f in self.options.families:  # kube-proxy synthesizes a queued time while informers sync
+            self.metrics.family("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", f).set(time.time())
         http = await self._start_http()
         if self.conntrack is not None:
             self.conntrack.start()
         tasks = [asyncio.create_task(source.run(), name="source"),
                  asyncio.create_task(self._follow_changes(), name="changes"),
-                 asyncio.create_task(self._start_runner(), name="runner"),
+                 asyncio.create_task(self._start_runner(), name="runner"), *self._http_tasks,
                  *([asyncio.create_task(self._follow_dns(), name="dns")] if self.options.dns_listen else [])]
         stopper = asyncio.create_task(stop.wait())
         try:
@@ -133,20 +152,50 @@ class Daemon:
                           pods=bool(self.options.dns_listen), options=self.options.reflector_options)
 
     async def _start_http(self) -> list[web.AppRunner]:
-        runners = []
+        """/healthz+/livez and /metrics. A port that cannot be bound is logged and tried again every
+        `bind_retry` seconds (kube-proxy's behaviour), or stops the daemon with bind_hard_fail."""
+        runners: list[web.AppRunner] = []
+        servers = []
         if self.options.healthz_address:
-            runners.append(await _serve(proxy_health_app(self.health), self.options.healthz_address, None))
+            servers.append(("healthz", proxy_health_app(self.health), self.options.healthz_address))
         if self.options.metrics_address:
             app = web.Application()
 
             async def metrics(_: web.Request) -> web.Response:
-                return web.Response(body=self.metrics.render(), content_type="text/plain")
+                return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8",
+                                    headers={"X-Content-Type-Options": "nosniff"})
 
             app.router.add_get("/metrics", metrics)
-            runners.append(await _serve(app, self.options.metrics_address, None))
+            servers.append(("metrics", app, self.options.metrics_address))
+        for name, app, address in servers:
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            runners.append(runner)
+            if not await self._bind(name, runner, address):
+                self._http_tasks.append(asyncio.create_task(self._bind_later(name, runner, address),
+                                                            name=f"bind-{name}"))
         if self.options.dns_listen:
             await self._start_dns()
         return runners
+
+    async def _bind(self, name: str, runner: web.AppRunner, address: str) -> bool:
+        try:
+            sock = make_listener(address, None)
+        except OSError as exc:
+            if self.options.bind_hard_fail:
+                raise NetkitError(f"{name} server: cannot listen on {address}: {exc.strerror or exc}") from None
+            log.error("failed to start the %s server on %s: %s; retrying in %gs", name, address,
+                      exc.strerror or exc, self.options.bind_retry)
+            return False
+        await web.SockSite(runner, sock).start()
+        log.info("serving %s on %s", name, address)
+        return True
+
+    async def _bind_later(self, name: str, runner: web.AppRunner, address: str) -> None:
+        while True:
+            await asyncio.sleep(self.options.bind_retry)
+            if await self._bind(name, runner, address):
+                await asyncio.Event().wait()  # serving; the daemon's lifetime ends this task
 
     async def _start_dns(self) -> None:
         from netkit.dns.engine import Engine
@@ -162,10 +211,30 @@ class Daemon:
 
     async def _start_runner(self) -> None:
         await self.store.wait_synced()
+        if self.options.config.detect_local_mode == "NodeCIDR":
+            await self._wait_for_pod_cidrs()
         log.info("all sources synced; first sync")
-        self.health.queued()
         self.runner.request()
         await self.runner.run()
+
+    async def _wait_for_pod_cidrs(self) -> None:
+        """detectLocalMode NodeCIDR: like kube-proxy, wait for this Node's podCIDRs, then use them."""
+        while True:
+            node = self._my_node()
+            if node is not None and node.pod_cidrs:
+                break
+            log.info("waiting for the Node's spec.podCIDRs (detectLocalMode NodeCIDR)",
+                     extra={"node": self.options.config.node_name})
+            self._node_changed.clear()
+            await self._node_changed.wait()
+        cfg = replace(self.options.config, node_cidrs=node.pod_cidrs)
+        self.options = replace(self.options, config=cfg)
+        self.syncer = Syncer(cfg, self.backend, self.options.families, netns=self.options.netns)
+        log.info("local traffic is from the node's podCIDRs", extra={"pod_cidrs": [str(c) for c in node.pod_cidrs]})
+
+    def _my_node(self) -> Node | None:
+        name = self.options.config.node_name
+        return next((n for n in self.store.objects().nodes if n.name == name), None)
 
     # --- changes and syncs -----------------------------------------------------------------------
 
@@ -174,9 +243,12 @@ class Daemon:
             changes = await self.store.wait_changes()
             self._dns_dirty.set()
             self._count(changes)
-            self.health.queued()
-            self.metrics.last_queued.set(time.time())
-            if self.store.all_synced:
+            if any(c.key.kind == "Node" for c in changes.values()):
+                self._node_update()
+            if self.store.all_synced:  # kube-proxy queues nothing before its proxier is initialized
+                self.health.queued()
+                for g in self.metrics.each_family("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"):
+                    g.set(time.time())
                 self.runner.request()
 
     async def _follow_dns(self) -> None:
@@ -191,17 +263,41 @@ class Daemon:
                 self._dns.set_view(build_view(self.store.objects(), self._dns_options, serial=int(time.time())))
             await self._dns_dirty.wait()
 
+    def _node_update(self) -> None:
+        node = self._my_node()
+        self._node_seen = self._node_seen or node is not None
+        eligible = node_eligible(node, self._node_seen)
+        if eligible != self.health.node_eligible:
+            log.warning("node eligibility changed", extra={"eligible": eligible,
+                                                            "node": self.options.config.node_name})
+        self.health.node_eligible = eligible
+        if node is not None and self.state is not None and self.options.config.detect_local_mode == "NodeCIDR" \
+                and node.pod_cidrs and node.pod_cidrs != self.options.config.node_cidrs:
+            log.error("the Node's podCIDRs changed; restart netkit to use them (kube-proxy exits)",
+                      extra={"old": [str(c) for c in self.options.config.node_cidrs],
+                             "new": [str(c) for c in node.pod_cidrs]})
+        self._node_changed.set()
+
     def _count(self, changes: dict[Any, Change]) -> None:
+        m = self.metrics
         for change in changes.values():
             kind = change.key.kind
             if kind == "Service":
-                self.metrics.service_changes.inc()
+                m.plain("kubeproxy_sync_proxy_rules_service_changes_total").inc()
+                self._pending["Service"].add(change.key)
             elif kind == "EndpointSlice":
-                self.metrics.endpoint_changes.inc()
+                m.plain("kubeproxy_sync_proxy_rules_endpoint_changes_total").inc()
+                self._pending["EndpointSlice"].add(change.key)
                 trigger = _trigger_time(change.after)
                 if trigger is not None:
                     self._trigger_times.append(trigger)
-        self.metrics.service_changes_pending.set(0)
+        self._set_pending()
+
+    def _set_pending(self) -> None:
+        """kube-proxy's *_changes_pending: objects changed since the last sync took them."""
+        self.metrics.plain("kubeproxy_sync_proxy_rules_service_changes_pending").set(len(self._pending["Service"]))
+        self.metrics.plain("kubeproxy_sync_proxy_rules_endpoint_changes_pending").set(
+            len(self._pending["EndpointSlice"]))
 
     def settled(self) -> bool:
         """Nothing pending: no change waiting for a sync, no sync running, no conntrack cleanup
@@ -221,13 +317,22 @@ class Daemon:
         cfg = self.options.config
         state = self.state_builder.build(objects, cfg.node_name, cfg.node_ips)
         pending, self._trigger_times = self._trigger_times, []
+        taken = {k: set(v) for k, v in self._pending.items()}
+        for v in self._pending.values():
+            v.clear()
+        self._set_pending()
+        before = dict(self.syncer.committed)
         result = await asyncio.to_thread(self.syncer.sync, state, full=full)
         self.last_result = result
         self._observe(result, pending)
         if result.error:
-            self.metrics.restore_failures.inc()
+            self._failed(result)
             self._trigger_times = pending + self._trigger_times  # measured once the change lands
+            for k, v in taken.items():
+                self._pending[k] |= v
+            self._set_pending()
             return False
+        self._observe_rules(before, state)
         if self.conntrack is not None:
             # checked against the kernel, not against memory: after a start every UDP port is checked
             self.conntrack.submit(frontends(ports_to_check(self.state, state)))
@@ -237,42 +342,67 @@ class Daemon:
             # walking hundreds of thousands of them on every later sync (a 0.2 s pause at 10k services).
             gc.freeze()
         self.health.updated()
-        await self.service_health.update(service_health(state))
+        await self.service_health.update(service_health(state), self._health_hosts(state))
         self.synced.set()
         log.info("sync done", extra={"full": result.full, "seconds": round(result.seconds, 4),
                                      "chains": result.chains_written})
         return True
 
+    def _health_hosts(self, state: NodeState) -> tuple[str, ...]:
+        cfg = self.options.config
+        if not cfg.node_port_addresses and not cfg.node_port_primary:
+            return (self.options.health_check_host,)
+        primary = [ip for f in self.options.families
+                   for ip in [next((i for i in state.node.ips if IPFamily.of(i) is f), None)] if ip is not None]
+        return listen_hosts(state.node.ips, cfg.node_port_addresses, primary if cfg.node_port_primary else ())
+
+    def _failed(self, result: SyncResult) -> None:
+        m, fams = self.metrics, self.options.families
+        if self.options.config.mode == "nftables":
+            for c in m.each_family("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", fams):
+                c.inc()
+            return
+        for c in m.each_family("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", fams):
+            c.inc()
+        if not result.full:
+            for c in m.each_family("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", fams):
+                c.inc()
+
+    def _observe_rules(self, before: dict[IPFamily, Any], state: NodeState) -> None:
+        self.metrics.no_local_endpoints(state)
+        if self.options.config.mode != "iptables":
+            return
+        for f in self.options.families:
+            total, last = rule_counts(before.get(f), self.syncer.committed.get(f))
+            self.metrics.iptables_rules(f, total, last)
+
     def _cleaned(self, result: Reconciled) -> None:
         """The conntrack worker's report (called on its thread)."""
         if result.deleted:
-            self.metrics.conntrack_flushed.inc(result.deleted)
+            self.metrics.plain("netkit_conntrack_udp_flows_deleted_total").inc(result.deleted)
         log.log(logging.INFO if result.deleted else logging.DEBUG, "conntrack cleanup done",
                 extra={"flows_read": result.flows, "flows_deleted": result.deleted,
                        "seconds": round(result.seconds, 4)})
 
     def _observe(self, result: SyncResult, triggers: Sequence[float]) -> None:
         m = self.metrics
-        m.sync_duration.observe(result.seconds)
-        (m.full_sync_duration if result.full else m.partial_sync_duration).observe(result.seconds)
+        for h in m.each_family("kubeproxy_sync_proxy_rules_duration_seconds"):
+            h.observe(result.seconds)
+        kind = "full" if result.full else "partial"
+        for h in m.each_family(f"kubeproxy_sync_{kind}_proxy_rules_duration_seconds"):
+            h.observe(result.seconds)
         if not result.error:
             now = time.time()
-            m.last_sync.set(now)
+            for g in m.each_family("kubeproxy_sync_proxy_rules_last_timestamp_seconds"):
+                g.set(now)
             for t in triggers:
-                m.network_programming.observe(max(0.0, now - t))
-        m.endpoint_changes_pending.set(self.store.pending)
+                for h in m.each_family("kubeproxy_network_programming_duration_seconds"):
+                    h.observe(max(0.0, now - t))
 
     def cleanup(self) -> None:
         """`run --cleanup`: every mode's rules, as kube-proxy --cleanup (netkit.rules.cleanup)."""
         from netkit.rules import cleanup
         cleanup.execute([cleanup.survey(cleanup.MODES, f, self.options.netns) for f in self.options.families])
-
-
-async def _serve(app: web.Application, address: str, netns: str | None) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.SockSite(runner, make_listener(address, netns)).start()
-    return runner
 
 
 def _trigger_time(obj: Any) -> float | None:

@@ -1,55 +1,219 @@
-"""Prometheus metrics under kube-proxy's names, so existing dashboards and alerts keep working.
+"""Prometheus metrics under kube-proxy's names, types, labels and buckets (pkg/proxy/metrics), so
+existing dashboards and alerts keep working.
 
-One `Metrics` value owns its own registry (no global state); the daemon serves it on
-`--metrics-bind-address` (default 127.0.0.1:10249) at /metrics.
+`KUBE_PROXY_METRICS` is the compatibility table: every metric kube-proxy exports, with its type,
+labels, buckets, the modes that register it, and whether netkit exports it (a test parses the live
+page and compares it name by name). One `Metrics` value owns its own registry (no global state), with
+the process collector every Go binary has (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+`process_start_time_seconds`, ...); the daemon serves it at /metrics on --metrics-bind-address.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
 
-# kube-proxy's buckets for sync durations: exponential from 1 ms.
-SYNC_BUCKETS = tuple(0.001 * 2**i for i in range(15))
-PROGRAMMING_BUCKETS = (0.25, 0.5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60,
-                       90, 120, 150, 180, 210, 240, 270, 300)
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from netkit.model import IPFamily, NodeState
+
+
+def _exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
+    return tuple(start * factor**i for i in range(count))
+
+
+def _linear(start: float, width: float, count: int) -> tuple[float, ...]:
+    return tuple(start + width * i for i in range(count))
+
+
+SYNC_BUCKETS = _exponential(0.001, 2, 15)  # metrics.ExponentialBuckets(0.001, 2, 15)
+# MergeBuckets(Linear(0.25, 0.25, 2), Linear(1, 1, 59), Linear(60, 5, 12), Linear(120, 30, 7))
+PROGRAMMING_BUCKETS = _linear(0.25, 0.25, 2) + _linear(1, 1, 59) + _linear(60, 5, 12) + _linear(120, 30, 7)
+FAMILY_LABEL = {IPFamily.IPV4: "IPv4", IPFamily.IPV6: "IPv6"}
+
+
+class Type(Enum):
+    COUNTER = "counter"
+    GAUGE = "gauge"
+    HISTOGRAM = "histogram"
+
+
+ALL_MODES = ("iptables", "ipvs", "nftables")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    name: str  # as exposed (counters with their _total)
+    type: Type
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+    modes: tuple[str, ...] = ALL_MODES
+    exported: bool = True
+    note: str = ""  # why netkit does not export it, or how it measures it
+
+
+def _m(name: str, t: Type, help: str, labels: tuple[str, ...] = (), buckets: tuple[float, ...] = (),
+       modes: tuple[str, ...] = ALL_MODES, exported: bool = True, note: str = "") -> MetricSpec:
+    return MetricSpec(name, t, help, labels, buckets, modes, exported, note)
+
+
+C, G, H = Type.COUNTER, Type.GAUGE, Type.HISTOGRAM
+F = ("ip_family",)
+IPT = ("iptables",)
+KUBE_PROXY_METRICS: tuple[MetricSpec, ...] = (
+    _m("kubeproxy_sync_proxy_rules_duration_seconds", H, "SyncProxyRules latency in seconds", F, SYNC_BUCKETS,
+       note="netkit syncs both families in one pass: each family observes the pass's duration"),
+    _m("kubeproxy_sync_full_proxy_rules_duration_seconds", H, "SyncProxyRules latency in seconds for full resyncs",
+       F, SYNC_BUCKETS, modes=IPT),
+    _m("kubeproxy_sync_partial_proxy_rules_duration_seconds", H,
+       "SyncProxyRules latency in seconds for partial resyncs", F, SYNC_BUCKETS, modes=IPT),
+    _m("kubeproxy_sync_proxy_rules_last_timestamp_seconds", G, "The last time proxy rules were successfully synced", F),
+    _m("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", G,
+       "The last time a sync of proxy rules was queued", F),
+    _m("kubeproxy_network_programming_duration_seconds", H, "In Cluster Network Programming Latency in seconds", F,
+       PROGRAMMING_BUCKETS),
+    _m("kubeproxy_sync_proxy_rules_endpoint_changes_pending", G, "Pending proxy rules Endpoint changes"),
+    _m("kubeproxy_sync_proxy_rules_endpoint_changes_total", C, "Cumulative proxy rules Endpoint changes"),
+    _m("kubeproxy_sync_proxy_rules_service_changes_pending", G, "Pending proxy rules Service changes"),
+    _m("kubeproxy_sync_proxy_rules_service_changes_total", C, "Cumulative proxy rules Service changes"),
+    _m("kubeproxy_sync_proxy_rules_no_local_endpoints_total", G,
+       "Number of services with a Local traffic policy and no endpoints", ("ip_family", "traffic_policy")),
+    _m("kubeproxy_proxy_healthz_total", C, "Cumulative proxy healthz HTTP status", ("code",)),
+    _m("kubeproxy_proxy_livez_total", C, "Cumulative proxy livez HTTP status", ("code",)),
+    _m("kubeproxy_sync_proxy_rules_iptables_restore_failures_total", C, "Cumulative proxy iptables restore failures",
+       F, modes=("iptables", "ipvs")),
+    _m("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", C,
+       "Cumulative proxy iptables partial restore failures", F, modes=IPT),
+    _m("kubeproxy_sync_proxy_rules_iptables_total", G, "Total number of iptables rules owned by kube-proxy",
+       ("ip_family", "table"), modes=IPT),
+    _m("kubeproxy_sync_proxy_rules_iptables_last", G, "Number of iptables rules written by kube-proxy in last sync",
+       ("ip_family", "table"), modes=IPT),
+    _m("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", C, "Cumulative proxy nftables sync failures", F,
+       modes=("nftables",)),
+    _m("kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", C, "Cumulative proxy nftables cleanup failures",
+       F, modes=("nftables",)),
+    _m("kubeproxy_conntrack_reconciler_deleted_entries_total", C,
+       "Cumulative conntrack flows deleted by conntrack reconciler", F, exported=False,
+       note="netkit deletes stale UDP flows when endpoints change, not by a periodic reconciler: "
+            "netkit_conntrack_udp_flows_deleted_total counts them"),
+    _m("kubeproxy_conntrack_reconciler_sync_duration_seconds", H, "ReconcileConntrackFlowsLatency latency in seconds",
+       F, exported=False, note="no periodic conntrack reconciler (see above)"),
+    _m("kubeproxy_iptables_ct_state_invalid_dropped_packets_total", C,
+       "packets dropped by iptables to work around conntrack problems", modes=IPT, exported=False,
+       note="needs the nfacct counter ct_state_invalid_dropped_pkts in the rules"),
+    _m("kubeproxy_iptables_localhost_nodeports_accepted_packets_total", C,
+       "Number of packets accepted on nodeports of loopback interface", modes=IPT, exported=False,
+       note="needs the nfacct counter localhost_nps_accepted_pkts in the rules"),
+)
+NETKIT_METRICS: tuple[MetricSpec, ...] = (
+    _m("netkit_conntrack_udp_flows_deleted_total", C, "Stale UDP conntrack entries deleted"),
+)
+del C, G, H, F, IPT
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, mode: str = "iptables", families: Iterable[IPFamily] = (IPFamily.IPV4, IPFamily.IPV6),
+                 *, process: bool = True) -> None:
+        self.mode = mode
+        self.families = tuple(families)
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # Go's client (kube-proxy's) exports no *_created series
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.sync_duration = Histogram(
-            "kubeproxy_sync_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds",
-            buckets=SYNC_BUCKETS, registry=r)
-        self.full_sync_duration = Histogram(
-            "kubeproxy_sync_full_proxy_rules_duration_seconds", "SyncProxyRules latency in seconds for full resyncs",
-            buckets=SYNC_BUCKETS, registry=r)
-        self.partial_sync_duration = Histogram(
-            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for partial resyncs", buckets=SYNC_BUCKETS, registry=r)
-        self.network_programming = Histogram(
-            "kubeproxy_network_programming_duration_seconds",
-            "In Cluster Network Programming Latency in seconds", buckets=PROGRAMMING_BUCKETS, registry=r)
-        self.restore_failures = Counter(
-            "kubeproxy_sync_proxy_rules_iptables_restore_failures", "Cumulative proxy iptables restore failures",
-            registry=r)
-        self.last_sync = Gauge(
-            "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-            "The last time proxy rules were successfully synced", registry=r)
-        self.last_queued = Gauge(
-            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-            "The last time a sync of proxy rules was queued", registry=r)
-        self.endpoint_changes_pending = Gauge(
-            "kubeproxy_sync_proxy_rules_endpoint_changes_pending", "Pending proxy rules Endpoint changes",
-            registry=r)
-        self.service_changes_pending = Gauge(
-            "kubeproxy_sync_proxy_rules_service_changes_pending", "Pending proxy rules Service changes",
-            registry=r)
-        self.endpoint_changes = Counter(
-            "kubeproxy_sync_proxy_rules_endpoint_changes", "Cumulative proxy rules Endpoint changes", registry=r)
-        self.service_changes = Counter(
-            "kubeproxy_sync_proxy_rules_service_changes", "Cumulative proxy rules Service changes", registry=r)
-        self.conntrack_flushed = Counter(
-            "netkit_conntrack_udp_flows_deleted", "Stale UDP conntrack entries deleted", registry=r)
+        if process:
+            ProcessCollector(registry=r)
+        self.m: dict[str, Any] = {}
+        for spec in (*KUBE_PROXY_METRICS, *NETKIT_METRICS):
+            if spec.exported and mode in spec.modes:
+                self.m[spec.name] = _make(spec, r)
+        for f in self.families:  # kube-proxy's per-family series exist from the start
+            for spec in KUBE_PROXY_METRICS:
+                if spec.name in self.m and spec.labels == ("ip_family",):
+                    self.m[spec.name].labels(FAMILY_LABEL[f])
+
+    def has(self, name: str) -> bool:
+        return name in self.m
+
+    def family(self, name: str, family: IPFamily) -> Any:
+        return self.m[name].labels(FAMILY_LABEL[family])
+
+    def each_family(self, name: str, families: Iterable[IPFamily] | None = None) -> list[Any]:
+        if name not in self.m:
+            return []
+        return [self.family(name, f) for f in (self.families if families is None else families)]
+
+    def plain(self, name: str) -> Any:
+        return self.m[name]
+
+    def count_probe(self, endpoint: str, code: int) -> None:
+        self.m[f"kubeproxy_proxy_{endpoint}_total"].labels(str(code)).inc()
+
+    def no_local_endpoints(self, state: NodeState) -> None:
+        for f in self.families:
+            internal, external = no_local_endpoints(state, f)
+            g = self.m["kubeproxy_sync_proxy_rules_no_local_endpoints_total"]
+            g.labels(FAMILY_LABEL[f], "internal").set(internal)
+            g.labels(FAMILY_LABEL[f], "external").set(external)
+
+    def iptables_rules(self, family: IPFamily, total: Mapping[str, int], last: Mapping[str, int]) -> None:
+        if "kubeproxy_sync_proxy_rules_iptables_total" not in self.m:
+            return
+        for table in ("filter", "nat", "mangle"):
+            self.m["kubeproxy_sync_proxy_rules_iptables_total"].labels(FAMILY_LABEL[family], table).set(
+                total.get(table, 0))
+            self.m["kubeproxy_sync_proxy_rules_iptables_last"].labels(FAMILY_LABEL[family], table).set(
+                last.get(table, 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _make(spec: MetricSpec, r: CollectorRegistry) -> Any:
+    base = spec.name.removesuffix("_total") if spec.type is Type.COUNTER else spec.name
+    if spec.type is Type.COUNTER:
+        return Counter(base, spec.help, spec.labels, registry=r)
+    if spec.type is Type.GAUGE:
+        return Gauge(base, spec.help, spec.labels, registry=r)
+    return Histogram(base, spec.help, spec.labels, buckets=spec.buckets, registry=r)
+
+
+def no_local_endpoints(state: NodeState, family: IPFamily) -> tuple[int, int]:
+    """kube-proxy's count of service ports with endpoints somewhere but none on this node for a Local
+    internal (resp. external) traffic policy (pure)."""
+    internal = external = 0
+    for p in state.ports:
+        if p.family is not family or not p.has_endpoints:
+            continue
+        local = any(e.ready for e in p.local_endpoints) if p.local_endpoints else False
+        if p.internal_policy_local and not local:
+            internal += 1
+        if p.external_policy_local and p.externally_accessible and not local:
+            external += 1
+    return internal, external
+
+
+def rule_counts(before: Any, after: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """For an iptables Ruleset: rules per table, and rules in the chains that changed since `before`
+    (what the last sync wrote). Chains equal to the committed ones share their tuples, so most
+    comparisons are identity checks."""
+    tables = getattr(after, "tables", None)
+    if tables is None:
+        return {}, {}
+    old_tables = getattr(before, "tables", {}) if before is not None else {}
+    total: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for table, chains in tables.items():
+        old = old_tables.get(table, {})
+        total[table] = sum(len(rules) for rules in chains.values())
+        last[table] = sum(len(rules) for chain, rules in chains.items()
+                          if (prev := old.get(chain)) is not rules and prev != rules)
+    return total, last

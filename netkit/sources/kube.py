@@ -29,9 +29,14 @@ import asyncio
 import logging
 import os
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import aiohttp
+import yaml
 from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 
@@ -68,9 +73,38 @@ class ApiSettings:
     kubeconfig: str = ""
     master: str = ""
     context: str = ""
+    qps: float = 5.0  # clientConnection.qps / --kube-api-qps: client-side rate limit (0 or less: none)
+    burst: int = 10  # clientConnection.burst / --kube-api-burst
+
+
+class RateLimiter:
+    """client-go's token bucket: `burst` requests at once, then `qps` per second (a watch is one
+    request; the events it streams are not limited)."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.qps, self.burst, self.clock = qps, max(1, burst), clock
+        self.tokens = float(self.burst)
+        self.stamp = clock()
+
+    def delay(self) -> float:
+        """Take a token; how long to wait before using it (pure but for the clock)."""
+        if self.qps <= 0:
+            return 0.0
+        now = self.clock()
+        self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) * self.qps)
+        self.stamp = now
+        self.tokens -= 1.0
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.qps
+
+    async def wait(self) -> None:
+        wait = self.delay()
+        if wait > 0:
+            await asyncio.sleep(wait)
 
 
 def add_api_options(p: argparse.ArgumentParser) -> None:
+    """--kubeconfig, --master, --context (for commands other than `netkit run`, whose flags are
+    kube-proxy's: netkit/runtime/flags.py)."""
     g = p.add_argument_group("Kubernetes API")
     g.add_argument("--kubeconfig", metavar="FILE", default="",
                    help="kubeconfig to use (default: in-cluster config when running in a pod)")
@@ -106,7 +140,46 @@ async def connect(settings: ApiSettings) -> kclient.ApiClient:
         raise ApiConfigError(f"cannot load the API configuration: {exc}") from exc
     if settings.master:
         cfg.host = settings.master.rstrip("/")
+    token_file = _token_file(settings) if settings.kubeconfig else None
+    if token_file:
+        cfg.refresh_api_key_hook = _reread_token(token_file)  # type: ignore[assignment]
     return kclient.ApiClient(cfg)
+
+
+def _token_file(settings: ApiSettings) -> str | None:
+    """The current user's `tokenFile` in the kubeconfig (kubeadm's kube-proxy kubeconfig.conf has one:
+    the service account's projected token, which the kubelet rotates)."""
+    try:
+        doc = yaml.safe_load(Path(settings.kubeconfig).read_text(encoding="utf-8"))
+        ctx_name = settings.context or doc.get("current-context")
+        ctx = next(c["context"] for c in doc.get("contexts") or [] if c.get("name") == ctx_name)
+        user = next(u["user"] for u in doc.get("users") or [] if u.get("name") == ctx.get("user"))
+        path = user.get("tokenFile")
+    except (OSError, yaml.YAMLError, StopIteration, KeyError, AttributeError, TypeError):
+        return None
+    if not isinstance(path, str) or not path:
+        return None
+    return str(Path(settings.kubeconfig).parent / path) if not os.path.isabs(path) else path
+
+
+def _reread_token(path: str) -> Callable[[kclient.Configuration], None]:
+    """Read the token file again before requests (at most once a minute), as client-go does."""
+    last = [float("-inf")]
+
+    def hook(cfg: kclient.Configuration) -> None:
+        now = time.monotonic()
+        if now - last[0] < 60:
+            return
+        last[0] = now
+        try:
+            token = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            log.warning("cannot re-read the token file %s: %s", path, exc.strerror or exc)
+            return
+        if token:
+            cfg.api_key["BearerToken"] = f"Bearer {token}"
+
+    return hook
 
 
 # --- what to watch -------------------------------------------------------------------------------
@@ -142,10 +215,17 @@ def watch_plan(node_name: str, *, endpoint_slices: bool, pods: bool = False,
     return tuple(plan)
 
 
-def list_call(api: kclient.ApiClient, spec: WatchSpec) -> ListCall:
+def list_call(api: kclient.ApiClient, spec: WatchSpec, limiter: RateLimiter | None = None) -> ListCall:
     cls_name, method = spec.call.split(".")
     call: ListCall = getattr(getattr(kclient, cls_name)(api), f"{method}_without_preload_content")
-    return call
+    if limiter is None:
+        return call
+
+    async def limited(*args: Any, **kwargs: Any) -> aiohttp.ClientResponse:
+        await limiter.wait()
+        return await call(*args, **kwargs)
+
+    return limited
 
 
 async def serves_endpoint_slices(api: kclient.ApiClient, timeout: float) -> bool:
@@ -192,8 +272,9 @@ class KubeSource:
             plan = watch_plan(self.node_name, endpoint_slices=self.endpoint_slices, pods=self.pods, dns=self.dns)
             log.info("watching %s", ", ".join(s.resource for s in plan))
             self._pending_sync = {s.resource for s in plan}
+            limiter = RateLimiter(self.settings.qps, self.settings.burst)
             self.reflectors = [
-                Reflector(s.resource, KubeListWatch(list_call(api, s), s.kind, label_selector=s.label_selector,
+                Reflector(s.resource, KubeListWatch(list_call(api, s, limiter), s.kind, label_selector=s.label_selector,
                                                     field_selector=s.field_selector),
                           self._deliver, self.options, rng=self._rng)
                 for s in plan]

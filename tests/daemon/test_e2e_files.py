@@ -53,7 +53,8 @@ def test_file_source_follows_an_edit(netns: str, tmp_path: Path) -> None:
 def _synced(metrics: str) -> bool:
     with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=2) as resp:
         text = resp.read().decode()
-    line = next(x for x in text.splitlines() if x.startswith("kubeproxy_sync_proxy_rules_last_timestamp_seconds "))
+    series = 'kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} '
+    line = next(x for x in text.splitlines() if x.startswith(series))
     return float(line.split()[1]) > 0
 
 

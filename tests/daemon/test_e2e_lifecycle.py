@@ -13,6 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from netkit.model import IPFamily
 from netkit.rules.iptables import names as n
 
 from .conftest import run
@@ -56,7 +57,9 @@ def test_create_scale_and_delete_with_kubectl(netns: str, tmp_path: Path, backen
             live = await asyncio.to_thread(r.dump)
             leftovers = [c for c in live.chains("nat") if c.startswith(("KUBE-SVC-", "KUBE-SEP-"))]
             assert leftovers == []
-            assert r.daemon.metrics.restore_failures._value.get() == 0
+            failures = r.daemon.metrics.family("kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+                                               IPFamily.IPV4)
+            assert failures._value.get() == 0
 
     run(scenario(), timeout=60)
 
@@ -74,7 +77,8 @@ def test_health_and_metrics_of_a_running_daemon(netns: str, tmp_path: Path) -> N
                     async with http.get(f"http://{healthz}{path}") as resp:
                         assert resp.status == 200, path
                         body = json.loads(await resp.text())
-                        assert set(body) == {"lastUpdated", "currentTime", "nodeEligible"}
+                        assert {"lastUpdated", "currentTime", "healthy", "status"} <= set(body)
+                        assert ("nodeEligible" in body) == (path == "/healthz")
                         assert body["lastUpdated"]
                 async with http.get(f"http://{metrics}/metrics") as resp:
                     text = await resp.text()

@@ -100,16 +100,16 @@ def test_unreadable_inputs_are_errors(tmp_path: Path) -> None:
 def test_config_file_is_kube_proxy_configuration(tmp_path: Path) -> None:
     cfg = tmp_path / "kp.yaml"
     cfg.write_text("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
-                   "clusterCIDR: 10.244.0.0/16\nmasqueradeAll: true\niptables: {masqueradeBit: 15}\n"
-                   "hostnameOverride: node-a\nconntrack: {maxPerCore: 32768}\n")
+                   "clusterCIDR: 10.244.0.0/16\niptables: {masqueradeAll: true, masqueradeBit: 15}\n"
+                   "hostnameOverride: node-a\nconntrack: {maxPerCore: 32768, maxPerCor: 1}\n")
     proc = run("compile", "-f", str(EXAMPLES), "--config", str(cfg), "--ip-family", "ipv4")
     assert proc.returncode == 0
     assert "--set-xmark 0x8000/0x8000" in proc.stdout
-    assert "ignoring fields netkit does not use: conntrack" in proc.stderr
+    assert f"{cfg}:6: KubeProxyConfiguration: conntrack.maxPerCor: unknown field" in proc.stderr
     bad = tmp_path / "bad.yaml"
-    bad.write_text("kind: KubeProxyConfiguration\nmode: userspace\n")
+    bad.write_text("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: userspace\n")
     proc = run("compile", "-f", str(EXAMPLES), "--config", str(bad))
-    assert proc.returncode == 2 and "mode: 'userspace' is not one of" in proc.stderr
+    assert proc.returncode == 2 and f"netkit: error: {bad}:3: KubeProxyConfiguration: mode: 'userspace'" in proc.stderr
 
 
 def test_missing_netns_is_a_clear_error() -> None:
