@@ -154,6 +154,11 @@ class Metrics:
     def plain(self, name: str) -> Any:
         return self.m[name]
 
+    @property
+    def conntrack_flushed(self) -> Any:
+        """netkit_conntrack_udp_flows_deleted_total."""
+        return self.m["netkit_conntrack_udp_flows_deleted_total"]
+
     def count_probe(self, endpoint: str, code: int) -> None:
         self.m[f"kubeproxy_proxy_{endpoint}_total"].labels(str(code)).inc()
 
