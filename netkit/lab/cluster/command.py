@@ -51,7 +51,8 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     up.add_argument("--mode", choices=MODES, default="iptables", help="netkit run's mode (default iptables)")
     up.add_argument("--pods-per-node", type=count(0, 50), default=2,
                     help=f"pods of the {APP_DEPLOY!r} deployment per node (default 2)")
-    up.add_argument("--timeout", type=float, default=30.0, help=argparse.SUPPRESS)
+    up.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds to wait for every node's first sync (default 60)")
     up.add_argument("-o", "--output", choices=("text", "json"), default="text")
     up.set_defaults(func=cmd_up)
 

@@ -58,7 +58,7 @@ def new_id() -> str:
 
 # --- up / down -------------------------------------------------------------------------------------
 
-def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 30.0) -> state.Record:
+def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0) -> state.Record:
     need_root()
     need_tools(mode)
     try:
