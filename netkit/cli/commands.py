@@ -11,15 +11,15 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Generic
 
 from netkit.cli.inputs import Inputs, add_input_options, load_inputs
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
-from netkit.rules.backend import Backend
-from netkit.rules.registry import backend as get_backend
+from netkit.rules.backend import Backend, P, R
+from netkit.rules.registry import with_backend
 
 FAMILIES = {"ipv4": IPFamily.IPV4, "ipv6": IPFamily.IPV6}
 
@@ -80,14 +80,14 @@ def _families(args: argparse.Namespace) -> tuple[IPFamily, ...]:
     return (FAMILIES[args.ip_family],) if args.ip_family else (IPFamily.IPV4, IPFamily.IPV6)
 
 
-def _setup(args: argparse.Namespace) -> tuple[Inputs, Backend]:
+def _setup(args: argparse.Namespace) -> Inputs:
     inputs = load_inputs(args)
     config = inputs.config
     if getattr(args, "iptables_backend", None):
         config = replace(config, iptables_backend=args.iptables_backend)
         inputs = Inputs(config, inputs.objects, inputs.state, inputs.problems)
     _check_netns(args)
-    return inputs, get_backend(config.mode)
+    return inputs
 
 
 def _check_netns(args: argparse.Namespace) -> None:
@@ -99,59 +99,59 @@ def _check_netns(args: argparse.Namespace) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    inputs, be = _setup(args)
+    inputs = _setup(args)
     families = _families(args)
-    rulesets = {f: be.compile(inputs.state, inputs.config, f) for f in families}
-    if args.output == "json":
-        doc = {"mode": be.name, "families": {f.value: _to_json(be, r) for f, r in rulesets.items()}}
-        json.dump(doc, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+
+    def run(be: Backend[R, P]) -> int:
+        rulesets = {f: be.compile(inputs.state, inputs.config, f) for f in families}
+        if args.output == "json":
+            doc = {"mode": be.name, "families": {f.value: be.to_json(r) for f, r in rulesets.items()}}
+            json.dump(doc, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+            return 0
+        for f, r in rulesets.items():
+            if len(families) > 1:
+                sys.stdout.write(f"# {be.name} {f.value}\n")
+            sys.stdout.write(be.render(r))
         return 0
-    for f, r in rulesets.items():
-        if len(families) > 1:
-            sys.stdout.write(f"# {be.name} {f.value}\n")
-        sys.stdout.write(be.render(r))
-    return 0
 
-
-def _to_json(be: Backend, ruleset: Any) -> Any:
-    to_json = getattr(be, "to_json", None)
-    if to_json is not None:
-        return to_json(ruleset)
-    tables = getattr(ruleset, "tables", None)
-    if isinstance(tables, Mapping):
-        return {"tables": {t: {c: list(r) for c, r in chains.items()} for t, chains in tables.items()}}
-    return {"text": be.render(ruleset)}
+    return with_backend(inputs.config.mode, run)
 
 
 # --- diff ----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class FamilyDiff(Generic[P]):
+    in_sync: bool
+    services: list[dict[str, Any]]
+    plan: P
+    foreign: list[str]  # what netkit did not write in its own tables, which apply removes
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
-    inputs, be = _setup(args)
-    report: dict[str, Any] = {}
-    pending = False
-    for family in _families(args):
-        kernel = be.kernel(inputs.config, family, args.netns)
-        live = kernel.dump()
-        desired = be.compile(inputs.state, inputs.config, family)
-        p = be.plan(live, desired)
-        changes = service_changes(be.summarize(live), be.summarize(desired))
-        empty = bool(getattr(p, "empty", not be.render_plan(p)))
-        pending = pending or not empty or bool(changes)
-        find_foreign = getattr(be, "foreign", None)
-        foreign = find_foreign(live, desired) if find_foreign else []
-        report[family.value] = {"in_sync": empty, "services": changes, "plan": p, "live": live,
-                                "foreign": foreign}
-    if args.output == "json":
-        json.dump({"in_sync": not pending, "families": {
-            f: {"in_sync": r["in_sync"], "services": r["services"], "foreign": r["foreign"],
-                "payload": be.render_plan(r["plan"])}
-            for f, r in report.items()}}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        _print_diff(be, report)
-    return 1 if pending else 0
+    inputs = _setup(args)
+
+    def run(be: Backend[R, P]) -> int:
+        report: dict[str, FamilyDiff[P]] = {}
+        for family in _families(args):
+            live = be.kernel(inputs.config, family, args.netns).dump()
+            desired = be.compile(inputs.state, inputs.config, family)
+            p = be.plan(live, desired)
+            changes = service_changes(be.summarize(live), be.summarize(desired))
+            report[family.value] = FamilyDiff(p.empty, changes, p, be.foreign(live, desired))
+        pending = any(not r.in_sync or r.services for r in report.values())
+        if args.output == "json":
+            json.dump({"in_sync": not pending, "families": {
+                f: {"in_sync": r.in_sync, "services": r.services, "foreign": r.foreign,
+                    "payload": be.render_plan(r.plan)}
+                for f, r in report.items()}}, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            _print_diff(be, report)
+        return 1 if pending else 0
+
+    return with_backend(inputs.config.mode, run)
 
 
 def service_changes(before: Mapping[str, tuple[str, ...]],
@@ -172,20 +172,18 @@ def _display(key: str) -> str:
     return name if proto == "tcp" else f"{name} ({proto})"
 
 
-def _print_diff(be: Backend, report: Mapping[str, Mapping[str, Any]]) -> None:
+def _print_diff(be: Backend[R, P], report: Mapping[str, FamilyDiff[P]]) -> None:
     out = sys.stdout
     for family, r in report.items():
-        if r["in_sync"] and not r["services"]:
+        if r.in_sync and not r.services:
             out.write(f"{family}: in sync\n")
             continue
         out.write(f"{family}:\n")
-        for c in r["services"]:
+        for c in r.services:
             out.write("  " + _service_line(c) + "\n")
-        for line in r["foreign"]:
+        for line in r.foreign:
             out.write(f"  ! {line}\n")
-        describe = getattr(be, "describe_plan", None)
-        text = describe(r["plan"]) if describe else be.render_plan(r["plan"])
-        for line in text.splitlines():
+        for line in be.describe_plan(r.plan).splitlines():
             out.write(f"  {line}\n")
 
 
@@ -211,25 +209,21 @@ def _count(endpoints: list[str]) -> str:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    inputs, be = _setup(args)
-    for family in _families(args):
-        kernel = be.kernel(inputs.config, family, args.netns)
-        desired = be.compile(inputs.state, inputs.config, family)
-        p = be.plan(kernel.dump(), desired)
-        if getattr(p, "empty", False):
-            print(f"netkit: {family.value}: already in sync", file=sys.stderr)
-            continue
-        kernel.apply(p)
-        print(f"netkit: {family.value}: applied ({_plan_size(p)})", file=sys.stderr)
-    return 0
+    inputs = _setup(args)
 
+    def run(be: Backend[R, P]) -> int:
+        for family in _families(args):
+            kernel = be.kernel(inputs.config, family, args.netns)
+            desired = be.compile(inputs.state, inputs.config, family)
+            p = be.plan(kernel.dump(), desired)
+            if p.empty:
+                print(f"netkit: {family.value}: already in sync", file=sys.stderr)
+                continue
+            kernel.apply(p)
+            print(f"netkit: {family.value}: applied ({p.stats()})", file=sys.stderr)
+        return 0
 
-def _plan_size(p: Any) -> str:
-    written = getattr(p, "chains_written", None)
-    if written is None:
-        return "changes written"
-    deleted = sum(len(c) for c in getattr(p, "delete", {}).values())
-    return f"{written} chains written, {deleted} deleted, {len(getattr(p, 'jumps', ()))} jumps added"
+    return with_backend(inputs.config.mode, run)
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:

@@ -1,8 +1,9 @@
 """`netkit trace`: the IO around the pure tracer — where the rules and the node's addresses come from
 (compiled from manifests, or dumped from a live namespace), and how the answer is shown.
 
-Backend-generic: the mode's backend module (netkit.rules.registry) compiles, dumps (`kernel(…).dump()`)
-and traces (`trace(ruleset, packet)`, returning netkit.rules.tracing Outcomes)."""
+Backend-generic: the mode's backend (netkit.rules.registry.with_backend) compiles, dumps
+(`kernel(…).dump()`) and traces (`Backend.trace`, returning netkit.rules.tracing Outcomes; a backend
+without a tracer raises Unsupported, shown as one error line)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,14 @@ import json
 import sys
 from dataclasses import replace
 from ipaddress import ip_address
-from typing import Any
 
 from netkit.cli.inputs import config_from_args, load_inputs
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.model.types import IPAddress
 from netkit.netns import exists, run
-from netkit.rules.backend import Backend
-from netkit.rules.registry import backend as get_backend
+from netkit.rules.backend import Backend, P, R
+from netkit.rules.registry import with_backend
 from netkit.rules.tracing import Outcome, Packet, endpoints
 
 PROTOCOLS = ("tcp", "udp", "sctp")
@@ -43,28 +43,28 @@ def parse_destination(text: str) -> tuple[IPAddress, int, str]:
 def run_trace(args: argparse.Namespace) -> int:
     dst, dport, proto = parse_destination(args.to)
     family = IPFamily.of(dst)
-    be = get_backend(config_from_args(args).mode)
-    tracer = getattr(be, "trace", None)
-    if tracer is None:
-        raise NetkitError(f"--mode {be.name}: this backend has no tracer (trace works for iptables, nftables and ipvs)")
-    ruleset, local = _rules_and_addresses(args, family, be)
-    src = ip_address(args.source) if args.source else next((a for a in local if a.version == dst.version), None)
-    if src is None:
-        raise NetkitError("--from is needed: the node's own address is not known (give --node-ip or a Node object)")
-    pkt = Packet(src, dst, dport, proto, local_addresses=local, in_iface=args.in_interface)
-    if ruleset is None:
-        raise NetkitError(f"no {be.name} rules of netkit for {family.value} in --netns {args.netns}")
-    outcomes = tracer(ruleset, pkt)
-    if args.output == "json":
-        json.dump(_json(pkt, outcomes), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        _print(pkt, outcomes, args.verbose)
-    return 0
+
+    def run(be: Backend[R, P]) -> int:
+        ruleset, local = _rules_and_addresses(args, family, be)
+        src = ip_address(args.source) if args.source else next((a for a in local if a.version == dst.version), None)
+        if src is None:
+            raise NetkitError("--from is needed: the node's own address is not known (give --node-ip or a Node object)")
+        pkt = Packet(src, dst, dport, proto, local_addresses=local, in_iface=args.in_interface)
+        if ruleset is None:
+            raise NetkitError(f"no {be.name} rules of netkit for {family.value} in --netns {args.netns}")
+        outcomes = be.trace(ruleset, pkt)
+        if args.output == "json":
+            json.dump(_json(pkt, outcomes), sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        else:
+            _print(pkt, outcomes, args.verbose)
+        return 0
+
+    return with_backend(config_from_args(args).mode, run)
 
 
 def _rules_and_addresses(args: argparse.Namespace, family: IPFamily,
-                         be: Backend) -> tuple[Any, tuple[IPAddress, ...]]:
+                         be: Backend[R, P]) -> tuple[R, tuple[IPAddress, ...]]:
     if args.netns:
         if not exists(args.netns):
             raise NetkitError(f"--netns {args.netns}: no such network namespace (see `ip netns list`)")

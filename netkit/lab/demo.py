@@ -29,7 +29,7 @@ from netkit.model.types import IPAddress
 from netkit.rules.iptables.kernel import IptablesKernel
 from netkit.rules.iptables.trace import Outcome, Packet, trace
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 BACKEND = "nft"  # iptables-nft, Debian's default; `legacy` works the same
 NODE_ARGS = ["--node-name", "node-a", "--cluster-cidr", "10.244.0.0/16", "--cluster-cidr", "fd00:244::/56"]

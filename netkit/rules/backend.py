@@ -1,43 +1,142 @@
-"""The interface every dataplane backend offers, so commands and the daemon stay backend-agnostic."""
+"""The interface every dataplane backend offers, so commands and the daemon stay backend-agnostic.
+
+A backend is generic in two types: its Ruleset `R` (what `compile` makes and `Kernel.dump` reads back;
+nftables uses `Ruleset | None`, None meaning "no table yet") and its Plan `P` (what `plan` makes and
+`Kernel.apply` writes). Every member exists on every backend; a backend that cannot do a thing says
+so by raising `Unsupported` (a NetkitError, so the CLI shows one line), never by lacking the member.
+tests/unit/test_backend_conformance.py runs every backend through every member.
+
+Code that works with "whichever backend the config names" is written once, generic in R and P, and
+handed to `netkit.rules.registry.with_backend(mode, fn)`, which calls it with the concrete backend:
+the types of a compiled ruleset, its plan and its kernel then line up without a cast or an `Any`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 from netkit.config import Config
+from netkit.errors import NetkitError
 from netkit.model import IPFamily, NodeState
+from netkit.rules.tracing import Outcome, Packet
+
+JSONValue = None | bool | int | float | str | Sequence["JSONValue"] | Mapping[str, "JSONValue"]
 
 
-class Kernel(Protocol):
+class Unsupported(NetkitError):
+    """A backend cannot do what was asked (e.g. trace IPVS before its tracer exists)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStats:
+    """How much a plan writes, in the backend's own objects (chains for iptables; chains, sets and
+    map elements for nftables; virtual servers, real servers, set entries and addresses for IPVS)."""
+
+    written: int  # objects created or rewritten
+    deleted: int  # objects removed
+    text: str  # for people: "12 chains written, 1 deleted, 0 jumps added"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class Plan(Protocol):
+    @property
+    def empty(self) -> bool:
+        """Nothing to write: the kernel already holds the desired ruleset."""
+
+    def stats(self) -> PlanStats: ...
+
+
+R = TypeVar("R")
+P = TypeVar("P", bound=Plan)
+P_contra = TypeVar("P_contra", bound=Plan, contravariant=True)
+R_co = TypeVar("R_co", covariant=True)
+K = TypeVar("K")
+T_co = TypeVar("T_co", covariant=True)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Since(Generic[K]):
+    """What a remembering compiler knows about its result: which of its parts (`changed`, in the
+    backend's terms) can differ from the result of the compile before (`base`). A planner given
+    that very `base` as `committed` compares only those; given anything else (a kernel dump), all.
+
+    `base` is held weakly: each result holding the one before would keep every sync's ruleset alive."""
+
+    base: weakref.ref[object]
+    changed: K
+
+    def applies_to(self, committed: object) -> bool:
+        return committed is not None and self.base() is committed
+
+
+class Kernel(Protocol[R, P_contra]):
     """The IO edge of a backend: read what is programmed, write a plan, remove everything netkit wrote.
     Constructing one does no IO; every method may raise KernelError (payload + tool stderr)."""
 
-    def dump(self) -> Any: ...
+    def dump(self) -> R: ...
 
-    def apply(self, plan: Any) -> None: ...
+    def dump_reusing(self, committed: R) -> R:
+        """`dump`, sharing with `committed` what is unchanged where the backend can (less memory on
+        a periodic full sync of an unchanged kernel); otherwise the same as `dump`."""
+
+    def apply(self, plan: P_contra) -> None: ...
 
     def cleanup(self) -> int | None:
         """Remove everything netkit wrote; returns how many objects went, when known."""
 
 
-class Backend(Protocol):
-    name: str
+class Compiler(Protocol[R_co]):
+    """`compile` with a memory for one (config, family), for the daemon: its result equals
+    `Backend.compile`'s; only the work differs (unchanged service ports are not compiled again)."""
 
-    def compile(self, state: NodeState, config: Config, family: IPFamily) -> Any:
+    def compile(self, state: NodeState) -> R_co: ...
+
+
+class Backend(Protocol[R, P]):
+    @property
+    def name(self) -> str: ...
+
+    def compile(self, state: NodeState, config: Config, family: IPFamily) -> R:
         """Pure: the complete desired Ruleset of one IP family."""
 
-    def render(self, ruleset: Any) -> str:
+    def compiler(self, config: Config, family: IPFamily) -> Compiler[R]:
+        """A compiler that remembers unchanged service ports between calls (for the daemon)."""
+
+    def render(self, ruleset: R) -> str:
         """The Ruleset as the kernel tool's input text."""
 
-    def plan(self, committed: Any, desired: Any) -> Any:
+    def to_json(self, ruleset: R) -> JSONValue:
+        """The Ruleset as a structured JSON value (`netkit compile -o json`)."""
+
+    def plan(self, committed: R, desired: R) -> P:
         """Pure: the smallest change that turns `committed` into `desired`."""
 
-    def render_plan(self, plan: Any) -> str:
+    def render_plan(self, plan: P) -> str:
         """The plan as the kernel tool's input text (what `apply` would send)."""
 
-    def summarize(self, ruleset: Any) -> Mapping[str, tuple[str, ...]]:
+    def describe_plan(self, plan: P) -> str:
+        """The plan for people (`netkit diff`)."""
+
+    def summarize(self, ruleset: R) -> Mapping[str, tuple[str, ...]]:
         """Service port ("ns/svc:port/proto") → endpoints ("IP:port") it DNATs to, read from a Ruleset
         (so a live dump can be summarised as well as a compiled one)."""
 
-    def kernel(self, config: Config, family: IPFamily, netns: str | None) -> Kernel: ...
+    def foreign(self, live: R, desired: R) -> list[str]:
+        """For `diff`: what someone else put where netkit writes (its own tables or chains), which
+        `apply` removes — one line each; empty when the backend's planner never touches foreign objects."""
+
+    def trace(self, ruleset: R, packet: Packet) -> list[Outcome]:
+        """Pure: where `packet` goes through `ruleset` (see netkit.rules.tracing); may raise Unsupported."""
+
+    def kernel(self, config: Config, family: IPFamily, netns: str | None) -> Kernel[R, P]: ...
+
+
+class BackendUser(Protocol[T_co]):
+    """Code written once for every backend: called with the concrete one (see registry.with_backend)."""
+
+    def __call__(self, backend: Backend[R, P], /) -> T_co: ...

@@ -1,29 +1,43 @@
-"""Mode name → backend module (each satisfies netkit.rules.backend.Backend)."""
+"""Mode name → backend: the iptables and nftables backend modules themselves, the IPVS module's
+`BACKEND`; each satisfies `netkit.rules.backend.Backend[R, P]` for its own Ruleset and Plan types
+(mypy checks it here; tests/unit/test_backend_conformance.py runs every member).
+
+`with_backend(mode, fn)` calls `fn` with the concrete backend, so `fn` — generic in R and P — sees
+the types line up. Backend modules are imported on first use only (IPVS pulls in pyroute2)."""
 
 from __future__ import annotations
 
-import importlib
-from typing import cast
+from typing import TypeVar
 
 from netkit.errors import NetkitError
-from netkit.rules.backend import Backend
+from netkit.rules.backend import BackendUser
 
-_MODULES = {
-    "iptables": "netkit.rules.iptables.backend",
-    "nftables": "netkit.rules.nftables.backend",
-    "ipvs": "netkit.rules.ipvs.backend",
-}
+T = TypeVar("T")
+
+MODES = ("iptables", "nftables", "ipvs")
 
 
-def backend(mode: str) -> Backend:
-    module = _MODULES.get(mode)
-    if module is None:
-        raise NetkitError(f"--mode {mode!r}: not one of {', '.join(_MODULES)}")
-    try:
-        loaded = importlib.import_module(module)
-        # A backend is either the module itself or an object it exports as BACKEND.
-        return cast(Backend, getattr(loaded, "BACKEND", loaded))
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("netkit.rules."):
-            raise NetkitError(f"--mode {mode}: this backend is not built yet") from exc
-        raise
+def with_backend(mode: str, user: BackendUser[T]) -> T:
+    if mode == "iptables":
+        from netkit.rules.iptables import backend as iptables
+
+        return user(iptables)
+    if mode == "nftables":
+        from netkit.rules.nftables import backend as nftables
+
+        return user(nftables)
+    if mode == "ipvs":
+        from netkit.rules.ipvs.backend import BACKEND as ipvs
+
+        return user(ipvs)
+    raise NetkitError(f"--mode {mode!r}: not one of {', '.join(MODES)}")
+
+
+def backend(mode: str) -> object:
+    """The backend object of `mode`, untyped: for tests and tools that pick a backend by name and
+    do not need the types to line up (netkit's own code uses `with_backend`)."""
+    return with_backend(mode, _itself)
+
+
+def _itself(be: object) -> object:
+    return be

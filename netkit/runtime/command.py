@@ -22,7 +22,6 @@ from netkit.config import Config, ConfigError, load_kube_proxy_configuration
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
-from netkit.rules.registry import backend as get_backend
 from netkit.runtime.flags import add_flags, apply_flags, flag_true, given
 
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None)))
@@ -98,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         healthz_address=config.healthz_bind_address or None, metrics_address=config.metrics_bind_address or None,
         dns_listen=args.dns_listen, dns_upstreams=tuple(args.dns_upstream), conntrack=not args.no_conntrack,
         bind_hard_fail=config.bind_address_hard_fail, allow_empty=args.allow_empty)
-    daemon = Daemon(options, get_backend(config.mode))
+    daemon = Daemon.for_mode(options)
     if flag_true(args, "cleanup"):
         daemon.cleanup()
         log.info("cleanup done")

@@ -39,7 +39,8 @@ from netkit.model import IPFamily, NodeState
 from netkit.model.conntrack import frontends, ports_to_check
 from netkit.model.state import StateBuilder
 from netkit.model.types import LAST_CHANGE_TRIGGER_TIME, EndpointSlice, Node
-from netkit.rules.backend import Backend
+from netkit.rules.backend import Backend, P, R
+from netkit.rules.registry import with_backend
 from netkit.runtime.conntrack import CleanupWorker, ConntrackCleaner, Reconciled
 from netkit.runtime.health import (
     ProxyHealth,
@@ -52,7 +53,7 @@ from netkit.runtime.health import (
 )
 from netkit.runtime.metrics import Metrics, rule_counts
 from netkit.runtime.runner import Runner
-from netkit.runtime.syncer import Syncer, SyncResult
+from netkit.runtime.syncer import SyncEngine, Syncer, SyncResult
 from netkit.sources.store import Change, Store
 
 log = logging.getLogger("netkit.daemon")
@@ -78,14 +79,27 @@ class DaemonOptions:
 
 
 class Daemon:
-    def __init__(self, options: DaemonOptions, backend: Backend) -> None:
+    @staticmethod
+    def for_mode(options: DaemonOptions) -> Daemon:
+        """The daemon of the backend `options.config.mode` names."""
+
+        def build(backend: Backend[R, P]) -> Daemon:
+            return Daemon(options, backend)
+
+        return with_backend(options.config.mode, build)
+
+    def __init__(self, options: DaemonOptions, backend: Backend[R, P]) -> None:
         cfg = options.config
         self.options = options
         self.store = Store()
         self.metrics = Metrics(cfg.mode, options.families)
         self.health = ProxyHealth(2 * cfg.sync_period, options.families, counts=self.metrics.count_probe)
-        self.backend = backend
-        self.syncer = Syncer(cfg, backend, options.families, netns=options.netns)
+
+        def make_syncer(config: Config) -> SyncEngine:  # again once the Node's podCIDRs are known
+            return Syncer(config, backend, self.options.families, netns=self.options.netns)
+
+        self._make_syncer = make_syncer
+        self.syncer = make_syncer(cfg)
         self.conntrack = CleanupWorker(ConntrackCleaner(options.netns), self._cleaned) if options.conntrack else None
         self.runner = Runner(self._sync, min_interval=cfg.min_sync_period, max_interval=cfg.sync_period)
         self.service_health = ServiceHealthServers(options.netns, options.health_check_host, self.health)
@@ -229,7 +243,7 @@ class Daemon:
             await self._node_changed.wait()
         cfg = replace(self.options.config, node_cidrs=node.pod_cidrs)
         self.options = replace(self.options, config=cfg)
-        self.syncer = Syncer(cfg, self.backend, self.options.families, netns=self.options.netns)
+        self.syncer = self._make_syncer(cfg)
         log.info("local traffic is from the node's podCIDRs", extra={"pod_cidrs": [str(c) for c in node.pod_cidrs]})
 
     def _my_node(self) -> Node | None:

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, Protocol
 
 from netkit.config import Config
 from netkit.errors import KernelError
 from netkit.model import IPFamily, NodeState
-from netkit.rules.backend import Backend
+from netkit.rules.backend import Backend, Compiler, Kernel, P, R
 
 log = logging.getLogger(__name__)
 
@@ -34,21 +34,37 @@ class SyncResult:
     full: bool
     seconds: float
     changed: bool  # something was written
-    chains_written: int
+    written: int  # kernel objects written or deleted (chains; nft chains/sets/elements; IPVS servers…)
     error: str | None = None
 
+    @property
+    def chains_written(self) -> int:
+        """The older name of `written` (iptables writes whole chains)."""
+        return self.written
 
-class Syncer:
-    def __init__(self, config: Config, backend: Backend, families: Sequence[IPFamily], *,
+
+class SyncEngine(Protocol):
+    """What the daemon needs of a Syncer, whatever its backend's types."""
+
+    def sync(self, state: NodeState, *, full: bool) -> SyncResult: ...
+
+    def cleanup(self) -> None: ...
+
+    @property
+    def committed(self) -> Mapping[IPFamily, object]:
+        """The Ruleset last written per family (what the kernel holds, as far as the daemon knows)."""
+
+
+class Syncer(Generic[R, P]):
+    def __init__(self, config: Config, backend: Backend[R, P], families: Sequence[IPFamily], *,
                  netns: str | None = None) -> None:
         self.config = config
         self.backend = backend
         self.families = tuple(families)
-        self.kernels = {f: backend.kernel(config, f, netns) for f in self.families}
-        # A backend may offer a compiler that remembers unchanged service ports between syncs.
-        make = getattr(backend, "compiler", None)
-        self.compilers: dict[IPFamily, Any] = {f: make(config, f) if make else None for f in self.families}
-        self.committed: dict[IPFamily, Any] = {}
+        self.kernels: dict[IPFamily, Kernel[R, P]] = {f: backend.kernel(config, f, netns) for f in self.families}
+        # Each remembers unchanged service ports between syncs, and tells the planner what can differ.
+        self.compilers: dict[IPFamily, Compiler[R]] = {f: backend.compiler(config, f) for f in self.families}
+        self.committed: dict[IPFamily, R] = {}
 
     def sync(self, state: NodeState, *, full: bool) -> SyncResult:
         start = time.perf_counter()
@@ -65,19 +81,14 @@ class Syncer:
 
     def _sync_family(self, family: IPFamily, state: NodeState, full: bool) -> int:
         kernel = self.kernels[family]
-        compiler = self.compilers[family]
-        desired = compiler.compile(state) if compiler else self.backend.compile(state, self.config, family)
-        base = self.committed.get(family)
-        hint = None
-        if full or base is None:
-            # Re-read the kernel; chains equal to what we committed share its tuples (less memory).
-            reusing = getattr(kernel, "dump_reusing", None)
-            base = reusing(base) if base is not None and reusing is not None else kernel.dump()
-        elif compiler is not None:
-            hint = compiler.changed_since(base)  # which chains can differ from what we committed
-        planner: Any = self.backend.plan  # a backend with a remembering compiler takes the hint
-        plan = planner(base, desired, only=hint) if hint is not None else planner(base, desired)
-        if getattr(plan, "empty", False):
+        desired = self.compilers[family].compile(state)
+        if full or family not in self.committed:
+            # Re-read the kernel; what equals what we committed is shared with it (less memory).
+            base = kernel.dump_reusing(self.committed[family]) if family in self.committed else kernel.dump()
+        else:
+            base = self.committed[family]  # the planner compares only what the compiler says can differ
+        plan = self.backend.plan(base, desired)
+        if plan.empty:
             self.committed[family] = desired
             return 0
         try:
@@ -86,7 +97,8 @@ class Syncer:
             self.committed.pop(family, None)
             raise
         self.committed[family] = desired
-        return int(getattr(plan, "chains_written", 1) or 1)
+        stats = plan.stats()
+        return max(stats.written + stats.deleted, 1)
 
     def cleanup(self) -> None:
         for kernel in self.kernels.values():

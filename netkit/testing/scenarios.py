@@ -41,7 +41,6 @@ from netkit.config import Config
 from netkit.lab import Lab
 from netkit.lab.traffic import Flowing, Tally, Timeline, Traffic, tally
 from netkit.model import IPFamily, NodeState
-from netkit.rules.registry import backend as get_backend
 from netkit.runtime.daemon import Daemon, DaemonOptions
 from netkit.sources.kube import ApiSettings
 from netkit.sources.reflector import BackoffPolicy, ReflectorOptions
@@ -161,7 +160,7 @@ class Env:
                              reflector_options=FAST)
 
     async def start_daemon(self) -> Daemon:
-        self.daemon = Daemon(self.options(), get_backend(MODES[self.mode][0]))
+        self.daemon = Daemon.for_mode(self.options())
         self.task = asyncio.create_task(self.daemon.run(), name="daemon")
         return self.daemon
 
@@ -252,8 +251,9 @@ async def environment(lab: Lab, mode: str, *, files: bool = False) -> AsyncItera
 
 def cleanup_node(lab: Lab, mode: str) -> None:
     """Remove what the daemon wrote into node A (the lab is reused across scenarios in the bench)."""
-    daemon = Daemon(DaemonOptions(config=config(mode), families=(IPFamily.IPV4,), netns=lab.node_a.netns,
-                                  healthz_address=None, metrics_address=None), get_backend(MODES[mode][0]))
+    options = DaemonOptions(config=config(mode), families=(IPFamily.IPV4,), netns=lab.node_a.netns,
+                            healthz_address=None, metrics_address=None)
+    daemon = Daemon.for_mode(options)
     with contextlib.suppress(Exception):
         daemon.cleanup()
     with contextlib.suppress(Exception):

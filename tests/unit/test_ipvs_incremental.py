@@ -102,7 +102,7 @@ def test_one_endpoint_removed_touches_one_service_port() -> None:
     p = plan(first, second, only=hint)
     assert [str(r.ip) for _, r in p.del_reals] == ["10.244.7.3", "10.244.7.3"]
     assert p.del_entries == (("KUBE-LOOP-BACK", "10.244.7.3,tcp:8080,10.244.7.3"),)
-    assert p.stats()["real_servers_deleted"] == 2 and p.changes == 3
+    assert p.counts()["real_servers_deleted"] == 2 and p.changes == 3
 
 
 def test_a_hint_about_another_ruleset_is_refused() -> None:

@@ -37,6 +37,9 @@ class FakeBackend:
     def compile(self, state: NodeState, config: Config, family: IPFamily) -> Any:
         return ipt.compile(state, config, family)
 
+    def compiler(self, config: Config, family: IPFamily) -> Any:
+        return ipt.compiler(config, family)
+
     def plan(self, committed: Any, desired: Any) -> Any:
         return ipt.plan(committed, desired)
 

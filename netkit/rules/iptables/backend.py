@@ -1,24 +1,32 @@
-"""The iptables backend behind the common Backend interface (netkit.rules.backend)."""
+"""The iptables backend behind the common interface: this module is a
+`netkit.rules.backend.Backend[Ruleset, Plan]` (its functions are the members; mypy checks it where
+netkit.rules.registry hands it on)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
+from netkit.rules.backend import JSONValue
 from netkit.rules.iptables import compile as _compile
 from netkit.rules.iptables import plan as _plan
 from netkit.rules.iptables import ruleset as _ruleset
 from netkit.rules.iptables import summary as _summary
+from netkit.rules.iptables import trace as _trace
 from netkit.rules.iptables.kernel import IptablesKernel
-from netkit.rules.iptables.trace import trace
+from netkit.rules.tracing import Outcome, Packet
 
 name = "iptables"
 
-__all__ = ["compile", "describe_plan", "kernel", "name", "plan", "render", "render_plan", "summarize", "trace"]
+__all__ = ["compile", "compiler", "describe_plan", "foreign", "kernel", "name", "plan",
+           "render", "render_plan", "summarize", "to_json", "trace"]
+
+Ruleset = _ruleset.Ruleset
+Plan = _plan.Plan
 
 
-def compile(state: NodeState, config: Config, family: IPFamily) -> _ruleset.Ruleset:
+def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:
     return _compile.compile(state, config, family)
 
 
@@ -27,26 +35,43 @@ def compiler(config: Config, family: IPFamily) -> _compile.Compiler:
     return _compile.Compiler(config, family)
 
 
-def render(ruleset: _ruleset.Ruleset) -> str:
+def render(ruleset: Ruleset) -> str:
     return _ruleset.render(ruleset)
 
 
-def plan(committed: _ruleset.Ruleset, desired: _ruleset.Ruleset, *,
-         only: Collection[str] | None = None) -> _plan.Plan:
+def to_json(ruleset: Ruleset) -> JSONValue:
+    return {"tables": {t: {c: list(r) for c, r in chains.items()} for t, chains in ruleset.tables.items()}}
+
+
+def plan(committed: Ruleset, desired: Ruleset) -> Plan:
+    """The plan; when `desired` came from a Compiler whose previous result is `committed`, only the
+    chains it says can differ are compared (the same plan, in a fraction of the time)."""
+    since = desired.since
+    only = since.changed if since is not None and since.applies_to(committed) else None
     return _plan.plan(committed, desired, only=only)
 
 
-def render_plan(p: _plan.Plan) -> str:
+def render_plan(p: Plan) -> str:
     return _plan.render_plan(p)
 
 
-def summarize(ruleset: _ruleset.Ruleset) -> Mapping[str, tuple[str, ...]]:
+def describe_plan(p: Plan) -> str:
+    return _plan.describe(p)
+
+
+def summarize(ruleset: Ruleset) -> Mapping[str, tuple[str, ...]]:
     return _summary.summarize(ruleset)
+
+
+def foreign(live: Ruleset, desired: Ruleset) -> list[str]:
+    """Nothing: the planner writes only netkit's own chains and never touches anyone else's."""
+    return []
+
+
+def trace(ruleset: Ruleset, packet: Packet) -> list[Outcome]:
+    return _trace.trace(ruleset, packet)
 
 
 def kernel(config: Config, family: IPFamily, netns: str | None) -> IptablesKernel:
     return IptablesKernel(family, netns, config.iptables_backend)
 
-
-def describe_plan(p: _plan.Plan) -> str:
-    return _plan.describe(p)

@@ -21,12 +21,15 @@ endpoint lists (cluster / local / has any) come ready-made from NodeState. Above
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import replace
 from ipaddress import IPv4Network, IPv6Network
 from typing import NamedTuple
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeInfo, NodeState, ServicePortState
 from netkit.model.types import IPAddress, IPNetwork
+from netkit.rules.backend import Since
 from netkit.rules.iptables import names as n
 from netkit.rules.iptables.ruleset import Ruleset, probability_of, quote_comment
 
@@ -64,8 +67,6 @@ class Compiler:
         self._memo: dict[int, tuple[ServicePortState, _Chunk]] = {}
         self._context: tuple[NodeInfo, bool] | None = None
         self._last: Ruleset | None = None
-        self._before_last: Ruleset | None = None
-        self._touched: frozenset[str] | None = None
         self._chains: dict[str, tuple[str, ...]] = {}
 
     def compile(self, state: NodeState) -> Ruleset:
@@ -99,14 +100,12 @@ class Compiler:
         self._memo = memo
         b.service_chains = chains
         result = b.finish()
-        self._before_last, self._last = self._last, result
-        self._touched = frozenset(touched) if touched is not None else None
+        if touched is not None and self._last is not None:
+            # Which chains (by name, any table) can differ from the previous result: the planner
+            # compares only those when it plans against that very ruleset.
+            result = replace(result, since=Since(weakref.ref(self._last), frozenset(touched)))
+        self._last = result
         return result
-
-    def changed_since(self, previous: Ruleset) -> frozenset[str] | None:
-        """The chains (by name, any table) in which the last compile's result can differ from
-        `previous`, when `previous` is the result of the compile before it; else None (unknown)."""
-        return self._touched if previous is self._before_last and previous is not None else None
 
 
 _SHARED_CHAINS = frozenset({n.SERVICES, n.EXTERNAL_SERVICES, n.NODEPORTS, n.PROXY_FIREWALL, n.POSTROUTING,

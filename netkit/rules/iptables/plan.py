@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from netkit.model import IPFamily
+from netkit.rules.backend import PlanStats
 from netkit.rules.iptables.names import is_owned
 from netkit.rules.iptables.ruleset import BUILTIN_CHAINS, TABLE_ORDER, Ruleset
 
@@ -50,6 +51,11 @@ class Plan:
     @property
     def chains_written(self) -> int:
         return sum(len(c) for c in self.write.values())
+
+    def stats(self) -> PlanStats:
+        deleted = sum(len(c) for c in self.delete.values())
+        return PlanStats(self.chains_written, deleted,
+                         f"{self.chains_written} chains written, {deleted} deleted, {len(self.jumps)} jumps added")
 
 
 def plan(committed: Ruleset, desired: Ruleset, *, full: bool = False,

@@ -24,6 +24,7 @@ from ipaddress import ip_network
 
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
+from netkit.rules.backend import Since
 
 BUILTIN_CHAINS = {
     "filter": ("INPUT", "FORWARD", "OUTPUT"),
@@ -41,10 +42,12 @@ class ParseError(NetkitError):
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Ruleset:
     family: IPFamily
     tables: Mapping[str, Chains] = field(default_factory=dict)
+    # From a remembering Compiler: the chains (any table) that can differ from its previous result.
+    since: Since[frozenset[str]] | None = field(default=None, compare=False, repr=False)
 
     def chains(self, table: str) -> Chains:
         return self.tables.get(table, {})

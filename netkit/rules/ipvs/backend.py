@@ -1,12 +1,12 @@
-"""IPVS mode behind `netkit.rules.backend.Backend`: what `--mode ipvs` of compile/diff/apply uses."""
+"""IPVS mode behind `netkit.rules.backend.Backend[Ruleset, Plan]`: what `--mode ipvs` of compile/diff/apply uses."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
+from netkit.rules.backend import JSONValue
 from netkit.rules.ipvs import compile as _compile
 from netkit.rules.ipvs import plan as plan_mod
 from netkit.rules.ipvs import ruleset as rs
@@ -28,8 +28,11 @@ class IPVSBackend:
         """A compiler that remembers unchanged service ports between calls (for the daemon)."""
         return _compile.Compiler(config, family)
 
-    def plan(self, committed: rs.Ruleset, desired: rs.Ruleset, *,
-             only: _compile.Changes | None = None) -> plan_mod.Plan:
+    def plan(self, committed: rs.Ruleset, desired: rs.Ruleset) -> plan_mod.Plan:
+        """When `desired` came from a Compiler whose previous result is `committed`, only what it
+        says can differ is compared (the same plan: tests/unit/test_ipvs_incremental.py)."""
+        since = desired.since
+        only = since.changed if since is not None and since.applies_to(committed) else None
         return plan_mod.plan(committed, desired, only=only)
 
     def render_plan(self, plan: plan_mod.Plan) -> str:
@@ -50,10 +53,14 @@ class IPVSBackend:
             out[key] = tuple(rs.hostport(r.ip, r.port) for r in vs.reals if r.weight > 0)
         return out
 
+    def foreign(self, live: rs.Ruleset, desired: rs.Ruleset) -> list[str]:
+        """Nothing: a dump holds only netkit's own virtual servers and sets (see plan.owned)."""
+        return []
+
     def trace(self, ruleset: rs.Ruleset, packet: Packet) -> list[Outcome]:
         return _trace.trace(ruleset, packet)
 
-    def to_json(self, ruleset: rs.Ruleset) -> dict[str, Any]:
+    def to_json(self, ruleset: rs.Ruleset) -> JSONValue:
         return rs.to_json(ruleset)
 
     def kernel(self, config: Config, family: IPFamily, netns: str | None) -> IPVSKernel:

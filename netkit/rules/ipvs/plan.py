@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields, replace
 
 from netkit.model import IPFamily, Protocol
 from netkit.model.types import IPAddress
+from netkit.rules.backend import PlanStats
 from netkit.rules.iptables import plan as ipt_plan
 from netkit.rules.ipvs import names as n
 from netkit.rules.ipvs.compile import Changes
@@ -61,7 +62,14 @@ class Plan:
     def empty(self) -> bool:
         return not any(getattr(self, f.name) for f in fields(self) if f.name not in ("family", "draining"))
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> PlanStats:
+        counts = self.counts()
+        deleted = sum(v for k, v in counts.items() if k.endswith(("_deleted", "_destroyed")))
+        written = self.changes - deleted
+        text = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items() if v) or "nothing"
+        return PlanStats(written, deleted, text)
+
+    def counts(self) -> dict[str, int]:
         """How much the plan changes, by kind of object (what a sync reports)."""
         chains = self.iptables.chains_written if self.iptables else 0
         return {"virtual_servers_added": len(self.add_services), "virtual_servers_changed": len(self.set_services),
@@ -76,7 +84,7 @@ class Plan:
     @property
     def changes(self) -> int:
         """The number of objects written (virtual and real servers, set entries, addresses, chains)."""
-        return sum(v for k, v in self.stats().items() if k != "draining")
+        return sum(v for k, v in self.counts().items() if k != "draining")
 
 
 def plan(committed: Ruleset, desired: Ruleset, *, only: Changes | None = None) -> Plan:
@@ -133,7 +141,7 @@ def _plan_services(committed: Ruleset, desired: Ruleset, p: Plan, only: frozense
             added.append(want)
         elif want is None:
             gone.append(have)
-        elif have != want:  # equality ignores connection counts and comments
+        else:
             if have.spec != want.spec:
                 changed.append(want)
             draining += _plan_reals(have, want, add_r, set_r, del_r)

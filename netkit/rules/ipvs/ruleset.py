@@ -16,10 +16,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from ipaddress import ip_address
+from typing import TYPE_CHECKING
 
 from netkit.model import IPFamily, Protocol
 from netkit.model.types import IPAddress
+from netkit.rules.backend import JSONValue, Since
 from netkit.rules.iptables import ruleset as ipt
+
+if TYPE_CHECKING:
+    from netkit.rules.ipvs.compile import Changes
 
 SCHEDULERS = frozenset({"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf",
                         "mh", "twos"})
@@ -111,7 +116,7 @@ def _no_payload() -> ipt.Ruleset:
     return ipt.Ruleset(IPFamily.IPV4)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Ruleset:
     family: IPFamily
     services: tuple[VirtualServer, ...] = ()  # sorted by key
@@ -120,6 +125,8 @@ class Ruleset:
     # IPVS mode's iptables chains and, in the built-in chains, its entry jumps (a dump: the built-in
     # chains as they are, with everyone's rules; only IPVS mode's own chains besides).
     iptables: ipt.Ruleset = field(default_factory=_no_payload)
+    # From a remembering Compiler: what can differ from its previous result (see netkit.rules.backend.Since).
+    since: Since[Changes] | None = field(default=None, compare=False, repr=False)
     _index: Mapping[VSKey, VirtualServer] | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -196,7 +203,7 @@ def render_iptables(payload: ipt.Ruleset) -> str:
     return "# iptables (iptables-save; the jumps in built-in chains are inserted with -C/-I)\n" + ipt.render(payload)
 
 
-def to_json(r: Ruleset) -> dict[str, object]:
+def to_json(r: Ruleset) -> JSONValue:
     """The Ruleset as plain data (`netkit compile -o json`): every part structured, none as text."""
     return {
         "virtual_servers": [{

@@ -1,7 +1,8 @@
-"""The nftables backend as a `netkit.rules.backend.Backend`: `from netkit.rules.nftables import backend`.
+"""The nftables backend: this module is a `netkit.rules.backend.Backend[Ruleset | None, Transaction]`.
 
-Module-level functions are the protocol's members, so the module object itself is the backend
-(`name`, `compile`, `render`, `plan`, `render_plan`, `summarize`, `kernel`), plus `trace`.
+Its Ruleset type is `Ruleset | None`: a kernel without netkit's table dumps as None, and planning
+from None creates the table. Its functions are the members (mypy checks it where
+netkit.rules.registry hands it on).
 """
 
 from __future__ import annotations
@@ -10,18 +11,24 @@ from collections.abc import Mapping
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
+from netkit.rules.backend import JSONValue
 from netkit.rules.nftables import compile as _compile
 from netkit.rules.nftables import names
 from netkit.rules.nftables import plan as _plan
 from netkit.rules.nftables import render as _render
+from netkit.rules.nftables import trace as _trace
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.parse import FOREIGN
-from netkit.rules.nftables.ruleset import NamedSet, Ruleset
-from netkit.rules.nftables.trace import trace
+from netkit.rules.nftables.plan import Transaction
+from netkit.rules.nftables.ruleset import Chain, NamedSet, Ruleset
+from netkit.rules.tracing import Outcome, Packet
 
 name = "nftables"
 
-__all__ = ["compile", "foreign", "kernel", "name", "plan", "render", "render_plan", "summarize", "trace"]
+Live = Ruleset | None  # what the kernel holds: netkit's table, or None when there is none
+
+__all__ = ["Live", "compile", "compiler", "describe_plan", "foreign", "kernel", "name",
+           "plan", "render", "render_plan", "summarize", "to_json", "trace"]
 
 
 def family_name(family: IPFamily) -> str:
@@ -32,19 +39,58 @@ def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:
     return _compile.compile(state, config, family)
 
 
-def render(ruleset: Ruleset) -> str:
-    return _render.render(ruleset)
+def compiler(config: Config, family: IPFamily) -> _compile.Compiler:
+    return _compile.Compiler(config, family)
 
 
-def plan(committed: Ruleset | None, desired: Ruleset) -> _plan.Transaction:
+def render(ruleset: Live) -> str:
+    return _render.render(ruleset) if ruleset is not None else ""
+
+
+def to_json(ruleset: Live) -> JSONValue:
+    """The table as data: its sets and maps (with elements) and its chains (with hook and rules)."""
+    if ruleset is None:
+        return None
+    return {"family": ruleset.family, "table": ruleset.table,
+            "sets": [_set_json(s) for s in ruleset.sets], "chains": [_chain_json(c) for c in ruleset.chains]}
+
+
+def _set_json(s: NamedSet) -> JSONValue:
+    return {"name": s.name, "type": "map" if s.is_map else "set", "key": list(s.key_type), "value": s.value_type,
+            "flags": list(s.flags), "timeout": s.timeout, "size": s.size,
+            "elements": [{"key": e.key, "value": e.value} if e.value is not None else {"key": e.key}
+                         for e in sorted(s.elements)]}
+
+
+def _chain_json(c: Chain) -> JSONValue:
+    h = c.hook
+    hook: JSONValue = None if h is None else {"type": h.type, "hook": h.hook, "priority": h.priority,
+                                              "policy": h.policy}
+    return {"name": c.name, "hook": hook, "rules": list(c.rules)}
+
+
+def plan(committed: Live, desired: Live) -> Transaction:
+    if desired is None:
+        raise ValueError("nftables: the desired ruleset is a table, never None")
     return _plan.plan(committed, desired)
 
 
-def render_plan(transaction: _plan.Transaction) -> str:
+def render_plan(transaction: Transaction) -> str:
     return _plan.render_plan(transaction)
 
 
-def summarize(ruleset: Ruleset | None) -> Mapping[str, tuple[str, ...]]:
+def describe_plan(transaction: Transaction) -> str:
+    """The nft script itself: each line is one change (flush, delete element, add rule, …)."""
+    return _plan.render_plan(transaction)
+
+
+def trace(ruleset: Live, packet: Packet) -> list[Outcome]:
+    """No table: nothing of netkit's is in the packet's way."""
+    return _trace.trace(ruleset if ruleset is not None else Ruleset("ip6" if packet.dst.version == 6 else "ip"),
+                        packet)
+
+
+def summarize(ruleset: Live) -> Mapping[str, tuple[str, ...]]:
     """`ns/svc:port/proto` → the endpoints (`IP:port`, `[IPv6]:port`) its dnat rules can choose,
     read from the endpoint chains (svc-… and local-…) and their endpoint maps, so a live dump
     summarises like a compile."""
@@ -81,11 +127,11 @@ def dnat_targets(rule: str, sets: Mapping[str, NamedSet]) -> list[str]:
     return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip, port in pairs]
 
 
-def foreign(live: Ruleset | None, desired: Ruleset) -> list[str]:
+def foreign(live: Live, desired: Live) -> list[str]:
     """What someone else put into netkit's table, for `diff`: rules netkit never writes, and chains
     and sets that are neither in the desired table nor named like a service port's. `apply`
     removes them all (the plan rewrites those chains and deletes those objects)."""
-    if live is None:
+    if live is None or desired is None:
         return []
     out: list[str] = []
     want_chains, want_sets = desired.chain_map(), desired.set_map()
@@ -105,3 +151,4 @@ def foreign(live: Ruleset | None, desired: Ruleset) -> list[str]:
 
 def kernel(config: Config, family: IPFamily, netns: str | None) -> NftKernel:
     return NftKernel(family_name(family), netns)
+

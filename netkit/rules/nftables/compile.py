@@ -132,6 +132,16 @@ def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:
     return Ruleset(rs.family, rs.table, rs.sets, rs.chains, Parts(fixed, parts, rs.sets, rs.chains))
 
 
+class Compiler:
+    """`compile` for the daemon, one (config, family): the result equals `compile`'s."""
+
+    def __init__(self, config: Config, family: IPFamily) -> None:
+        self.config, self.family = config, family
+
+    def compile(self, state: NodeState) -> Ruleset:
+        return compile(state, self.config, self.family)
+
+
 def endpoint_slots(ports: Iterable[ServicePortState]) -> dict[str, int]:
     """Endpoint chain name → its slot in the shared endpoint maps: a hash of the name, the next free
     slot on a collision, names taken in sorted order. A pure function of the set of names, so a

@@ -60,6 +60,9 @@ class NftKernel:
             raise KernelError(f"nft list table {self.family} {self.table} failed", stderr=err)
         return parse(out, self.family, self.table)
 
+    def dump_reusing(self, committed: Ruleset | None) -> Ruleset | None:
+        return self.dump()
+
     def apply(self, tx: Transaction) -> None:
         """Send the transaction; then its deferred deletions as a second transaction."""
         self.send(render_transaction(tx))

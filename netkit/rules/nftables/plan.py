@@ -36,6 +36,7 @@ import bisect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
+from netkit.rules.backend import PlanStats
 from netkit.rules.nftables.render import hook_line, render, set_spec
 from netkit.rules.nftables.ruleset import Chain, Element, NamedSet, Part, Parts, Ruleset, SetElement
 
@@ -58,6 +59,22 @@ class Transaction:
     @property
     def empty(self) -> bool:
         return self == Transaction(self.family, self.table)
+
+    def stats(self) -> PlanStats:
+        """Kernel objects written (chains declared or rewritten, sets, elements) and deleted."""
+        if self.create is not None:
+            c = self.create
+            written = len(c.chains) + len(c.sets) + sum(len(s.elements) for s in c.sets)
+            return PlanStats(written, 0, f"table created: {len(c.chains)} chains, {len(c.sets)} sets, "
+                                         f"{written - len(c.chains) - len(c.sets)} elements")
+        chains = len({c.name for c in self.add_chains} | {c.name for c in self.rules})
+        elements = len(self.add_elements) + sum(len(s.elements) for s in self.add_sets)
+        gone_chains = len(self.delete_chains) + len(self.deferred_chains)
+        written = chains + len(self.add_sets) + elements
+        deleted = gone_chains + len(self.delete_sets) + len(self.delete_elements)
+        return PlanStats(written, deleted, f"{chains} chains, {len(self.add_sets)} sets, {elements} elements written; "
+                                           f"{gone_chains} chains, {len(self.delete_sets)} sets, "
+                                           f"{len(self.delete_elements)} elements deleted")
 
     def followup(self) -> Transaction | None:
         if not self.deferred_chains:
