@@ -407,8 +407,9 @@ async def directory_removed_and_recreated(lab: Lab, mode: str, rate: float, hold
 
 
 async def kill_mid_sync(lab: Lab, mode: str, rate: float, hold: float, *, load: int = 300) -> dict[str, Tally]:
-    """The real `netkit run` in a subprocess is SIGKILLed while it writes `load` new Services (killed
-    as soon as its restore or nft child runs), then started again: web's traffic never notices."""
+    """The real `netkit run` in a subprocess is SIGKILLed while it takes in `load` new Services (as
+    soon as its restore or nft child runs, or after 80 ms of CPU on them), then started again: web's
+    traffic never notices."""
     async with environment(lab, mode) as env:
         env.put(*base_objects(["web-a1", "web-b1"], ["web-a1", "web-b1"]))
         env.timeline.start(["web-a1", "web-b1"])
@@ -473,18 +474,29 @@ async def wait_rules(env: Env, spawned: Spawned, timeout: float = 30.0) -> None:
     raise AssertionError(f"netkit run did not sync in time: {spawned.log.read_text(errors='replace')[-2000:]}")
 
 
-async def kill_when_writing(spawned: Spawned, timeout: float = 20.0) -> bool:
-    """SIGKILL `proc` as soon as it runs a child (iptables-restore, nft); False if it never did."""
+async def kill_when_writing(spawned: Spawned, timeout: float = 20.0, cpu: float = 0.08) -> bool:
+    """SIGKILL `proc` as soon as it runs a child (iptables-restore, nft), or — for a backend that
+    writes in-process (libnftables) — once it has spent `cpu` seconds on the change; False if neither
+    happened in time."""
     proc = spawned.proc
     deadline = time.monotonic() + timeout
-    killed = False
-    while time.monotonic() < deadline and not killed:
-        killed = bool(_children(proc.pid))
-        if not killed:
+    start = _cpu_seconds(proc.pid)
+    caught = False
+    while time.monotonic() < deadline and not caught:
+        caught = bool(_children(proc.pid)) or _cpu_seconds(proc.pid) - start >= cpu
+        if not caught:
             await asyncio.sleep(0.002)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    return killed
+    return caught
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _children(pid: int) -> list[int]:
@@ -506,6 +518,18 @@ def stop_process(spawned: Spawned) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+async def steady(lab: Lab, mode: str, rate: float, hold: float) -> dict[str, Tally]:
+    """The baseline: the same traffic for as long, nothing changes."""
+    async with environment(lab, mode) as env:
+        env.put(*base_objects(["web-a1", "web-b1"], ["web-a1", "web-b1"]))
+        await env.start_daemon()
+        await env.applied(has({"web-a1", "web-b1"}, {"web-a1", "web-b1"}))
+        env.timeline.start(["web-a1", "web-b1"])
+        async with traffic(env, rate) as t:
+            await asyncio.sleep(4 * hold)
+        return tallies(t, env.timeline)
 
 
 SCENARIOS: Mapping[str, Scenario] = {
