@@ -66,6 +66,7 @@ class DaemonOptions:
     netns: str | None = None
     files: tuple[str, ...] = ()  # manifest source; empty: the Kubernetes API
     allow_empty: bool = False  # a manifest root without Services means no Services (else: kept as it was)
+    handle_signals: bool = True  # SIGTERM/SIGINT stop the daemon (off when embedded, e.g. in a benchmark)
     api: Any = None  # netkit.sources.kube.ApiSettings
     healthz_address: str | None = "0.0.0.0:10256"
     metrics_address: str | None = "127.0.0.1:10249"
@@ -122,7 +123,7 @@ class Daemon:
         source = self._source()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT) if self.options.handle_signals else ():
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
         self.health.started()  # lastUpdated before the first sync, as kube-proxy's SyncLoop

@@ -15,8 +15,10 @@ A root that vanishes (`rm -rf DIR`, a deleted `-f FILE`) or empties (no Service 
 source that is briefly gone, not a cluster without Services: its objects stay in the store as they
 were, a warning says so, and when files come back the root is read again in full and followed. Only
 with `allow_empty` does a root that exists but holds no Service mean "no Services" (a vanished root is
-kept even then). At start, an empty root is waited for (the source is not synced, so nothing is
-written) unless `allow_empty`; a missing one is an error.
+kept even then). A gone root is read again in full only once its files have stayed the same for one
+poll interval, so a tool writing them back one by one is not caught half-way (which would drop the
+Services of the files not written yet). At start, an empty root is waited for the same way (the
+source is not synced, so nothing is written) unless `allow_empty`; a missing one is an error.
 
 inotify watches an inode: a directory removed and created again is a new one the old watch never
 sees. So the watcher wakes up every `poll_ms` even without events and compares each root's identity
@@ -44,6 +46,7 @@ log = logging.getLogger(__name__)
 
 EXTENSIONS = (".yaml", ".yml", ".json")
 Identity = tuple[int, int] | None
+Fingerprint = tuple[tuple[str, int, int], ...]  # (path, mtime_ns, size) of each manifest file
 Decoded = tuple[KubeObject, ...] | None  # None: the file is gone
 
 
@@ -63,6 +66,8 @@ class FileSource:
         self._held: dict[Path, tuple[KubeObject, ...]] = {}  # what each file holds in the store
         self._dirs: dict[Path, bool] = {}  # root -> is a directory (decided at start)
         self._gone: set[Path] = set()  # roots briefly gone: what they held stays in the store
+        self._seen: dict[Path, Fingerprint] = {}  # gone roots: their files at the last look
+        self._tried: dict[Path, Fingerprint] = {}  # gone roots: the files last read in full
         store.expect(self.name)
 
     @property
@@ -101,6 +106,7 @@ class FileSource:
             batch = await first
             while all(self._identity(root) == ident for root, ident in identities.items()):
                 self._apply(batch)
+                self._retry_gone()
                 batch = await anext(changes)
         finally:
             await changes.aclose()
@@ -120,7 +126,31 @@ class FileSource:
         while self._gone:
             await self._wait_for_roots()
             await asyncio.sleep(self.poll_ms / 1000)
-            self._scan()
+            self._retry_gone()
+
+    def _retry_gone(self) -> None:
+        """Read a gone root again in full once its files have stayed the same for one poll interval
+        (a tool writing the files back one by one is not caught half-way: a partial read would drop
+        the Services of the files not written yet)."""
+        for root in sorted(self._gone):
+            if self._identity(root) is None:
+                continue
+            now = self._fingerprint(root)
+            settled = now and now == self._seen.get(root) and now != self._tried.get(root)
+            self._seen[root] = now
+            if settled:
+                self._tried[root] = now
+                self._update(root, {path: self._decode(path) for path in self._files(root)}, full=True)
+
+    def _fingerprint(self, root: Path) -> Fingerprint:
+        out = []
+        for path in self._files(root):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            out.append((str(path), st.st_mtime_ns, st.st_size))
+        return tuple(out)
 
     def _identity(self, root: Path) -> Identity:
         target = root if self._dirs[root] else root.parent
@@ -168,9 +198,7 @@ class FileSource:
             if root is not None:
                 by_root.setdefault(root, set()).add(Path(name))
         for root, paths in by_root.items():
-            if root in self._gone:  # what happened while it was gone was not tracked: read it all
-                self._update(root, {path: self._decode(path) for path in self._files(root)}, full=True)
-            else:
+            if root not in self._gone:  # a gone root is read again in full once quiet (_retry_gone)
                 self._update(root, {path: self._decode(path) if path.is_file() else None for path in sorted(paths)},
                              full=False)
 
@@ -213,6 +241,8 @@ class FileSource:
         if root in self._gone:
             log.info("%s: manifests are back; following it again", root)
             self._gone.discard(root)
+            self._seen.pop(root, None)
+            self._tried.pop(root, None)
         for path in held.keys() - new.keys():
             del self._held[path]
             self.store.put(path, ())

@@ -157,7 +157,7 @@ class Env:
                              files=(str(self.files),) if self.files is not None else (),
                              api=ApiSettings(kubeconfig=str(self.kubeconfig)) if self.kubeconfig else None,
                              healthz_address=None, metrics_address=None, health_check_host="127.0.0.1",
-                             reflector_options=FAST)
+                             reflector_options=FAST, handle_signals=False)
 
     async def start_daemon(self) -> Daemon:
         self.daemon = Daemon.for_mode(self.options())
@@ -189,10 +189,13 @@ class Env:
 
     async def change(self, objects: Sequence[JSON], check: Callable[[NodeState], bool],
                      new: Sequence[str], serving: Sequence[str] | None = None) -> None:
-        """Write `objects`, mark the timeline, wait until the daemon applied them."""
+        """Write `objects`, mark the timeline, wait until the daemon applied them (its state holds
+        every endpoint of the slices written, with their conditions, and `check` holds)."""
         self.timeline.change(new, serving)
         self.put(*objects)
-        await self.applied(check)
+        wanted = written_endpoints(objects)
+        await self.applied(lambda state: check(state) and all(
+            known_endpoints(state, svc) == eps for svc, eps in wanted.items()))
         self.timeline.applied()
 
 
@@ -210,6 +213,25 @@ def serving_of(state: NodeState, service: str) -> set[str]:
     names = {ip: pod for pod, ip in PODS.items()}
     return {names.get(str(e.ip), str(e.ip)) for p in state.ports if p.name.ref.name == service
             for e in p.endpoints if e.serving}
+
+
+EndpointConditions = frozenset[tuple[str, bool, bool, bool]]  # (IP, ready, serving, terminating)
+
+
+def known_endpoints(state: NodeState, service: str) -> EndpointConditions:
+    return frozenset((str(e.ip), e.ready, e.serving, e.terminating) for p in state.ports
+                     if p.name.ref.name == service for e in p.endpoints)
+
+
+def written_endpoints(objects: Sequence[JSON]) -> dict[str, EndpointConditions]:
+    """Per Service, the endpoints of the EndpointSlices in `objects` (one slice per Service here)."""
+    out: dict[str, EndpointConditions] = {}
+    for obj in objects:
+        if obj["kind"] == "EndpointSlice":
+            service = obj["metadata"]["labels"]["kubernetes.io/service-name"]
+            out[service] = frozenset((ep["addresses"][0], ep["conditions"]["ready"], ep["conditions"]["serving"],
+                                      ep["conditions"]["terminating"]) for ep in obj["endpoints"])
+    return out
 
 
 def has(web: set[str] | None = None, dns: set[str] | None = None) -> Callable[[NodeState], bool]:

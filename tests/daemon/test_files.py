@@ -290,3 +290,36 @@ def test_a_deleted_single_file_is_kept_until_it_comes_back(tmp_path: Path) -> No
             await eventually(lambda: ports(store) == {"web": 83}, what="the file back")
 
     run(scenario())
+
+
+def test_files_written_back_one_by_one_are_read_once_they_settle(tmp_path: Path) -> None:
+    """A tool re-creating the files one at a time is not caught half-way (which would drop the
+    Services of the files not written yet)."""
+    d = tmp_path / "m"
+
+    async def scenario() -> None:
+        d.mkdir()
+        for n, name in enumerate(("web", "api", "db")):
+            (d / f"{name}.yaml").write_text(SVC.format(name=name, ip=f"10.96.0.{10 + n}", port=80))
+        store = Store()
+        source = FileSource([str(d)], store, debounce_ms=10, step_ms=5, poll_ms=150)
+        seen: list[frozenset[str]] = []
+
+        async def watch() -> None:
+            while True:
+                seen.append(frozenset(names(store)))
+                await asyncio.sleep(0.005)
+
+        async with background(source.run()):
+            await asyncio.wait_for(store.wait_synced(), 5)
+            async with background(watch()):
+                shutil.rmtree(d)
+                await eventually(lambda: d in source.gone, what="the directory gone")
+                d.mkdir()
+                for n, name in enumerate(("web", "api", "db")):
+                    (d / f"{name}.yaml").write_text(SVC.format(name=name, ip=f"10.96.0.{10 + n}", port=81))
+                    await asyncio.sleep(0.06)
+                await eventually(lambda: set(ports(store).values()) == {81}, what="all three back")
+        assert set(seen) == {frozenset({"web", "api", "db"})}, "never a partial set of Services"
+
+    run(scenario())
