@@ -111,6 +111,15 @@ def from_resolv_conf(text: str) -> list[Address]:
     return out
 
 
+def resolv_conf_upstreams(path: str = "/etc/resolv.conf") -> list[Address]:
+    """The nameservers of a resolv.conf; none when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return from_resolv_conf(f.read())
+    except OSError:
+        return []
+
+
 def is_self(upstream: Address, listening: Iterable[Address]) -> bool:
     """Would a query to `upstream` arrive at one of our own sockets?"""
     up = ip_address(upstream.host)

@@ -215,12 +215,13 @@ class Daemon:
     async def _start_dns(self) -> None:
         from netkit.dns.engine import Engine
         from netkit.dns.server import DnsServer
-        from netkit.dns.upstream import Forwarder, parse_address
+        from netkit.dns.upstream import Forwarder, parse_address, resolv_conf_upstreams
         from netkit.dns.view import Options
 
         options = Options()
         self._dns_options = options
-        upstreams = [parse_address(u) for u in self.options.dns_upstreams]
+        # without --dns-upstream: the node's resolvers, as kubeadm's `forward . /etc/resolv.conf`
+        upstreams = [parse_address(u) for u in self.options.dns_upstreams] or resolv_conf_upstreams()
         self._dns = DnsServer(Engine(options), parse_address(self.options.dns_listen or ""), Forwarder(upstreams))
         await self._dns.start()  # answers SERVFAIL until the first complete view is installed
 
@@ -275,7 +276,8 @@ class Daemon:
         while True:
             self._dns_dirty.clear()
             if self._dns is not None:
-                self._dns.set_view(build_view(self.store.objects(), self._dns_options, serial=int(time.time())))
+                view = await asyncio.to_thread(build_view, self.store.objects(), self._dns_options, int(time.time()))
+                self._dns.set_view(view)
             await self._dns_dirty.wait()
 
     def _node_update(self) -> None:

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from netkit.dns.metrics import COREDNS_METRICS
 from netkit.testing.apiserver import TestApiServer
 from tests.conftest import ROOT
-from tests.dnsserver.conftest import LoopThread, TestUpstream, free_port
+from tests.dnsserver.conftest import LoopThread, TestUpstream, free_port, need_dig
 
 Z = ".svc.cluster.local."
 
@@ -202,3 +202,12 @@ def test_servfail_with_soa_and_not_ready_until_the_first_list() -> None:
                       r'(true|false) \d+" NOERROR qr,aa,rd(,ra)? \d+ \d+(\.\d+)?s$')
     assert any(line.match(x) for x in out.splitlines()), out[-2000:]
     assert re.search(r'"A IN web\.default\.svc\.cluster\.local\. udp \d+ \w+ \d+" SERVFAIL', out)
+
+
+def test_dig_resolves_over_udp_and_tcp(synced: tuple[Api, NetkitDns]) -> None:
+    dig = need_dig()
+    _, server = synced
+    for transport in ("+notcp", "+tcp"):
+        out = subprocess.run([dig, "@127.0.0.1", "-p", str(server.port), transport, "+short", "+tries=1", "+time=2",
+                              f"web.default{Z}"], capture_output=True, text=True, timeout=10).stdout
+        assert out.split() == ["10.96.0.10"], transport
