@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -30,6 +30,7 @@ import netkit
 TIME_BUCKETS = tuple(0.00025 * 2**i for i in range(16))  # CoreDNS plugin.TimeBuckets: 0.25 ms … 8.192 s
 SIZE_BUCKETS = (0, 100, 200, 300, 400, 511, 1023, 2047, 4095, 8291, 16e3, 32e3, 48e3, 64e3)
 PROXY_NAME = "forward"
+EXACT_KINDS = 4096  # kinds with exact request and response sizes; beyond, sizes are rounded up to a bucket
 
 # CoreDNS's own list of query types with their own label value; everything else is "other".
 MONITORED_TYPES = ("A", "AAAA", "MX", "SOA", "CNAME", "PTR", "TXT", "NS", "SRV", "DS", "DNSKEY", "RRSIG",
@@ -120,6 +121,11 @@ class Kind:
     response_size: int
 
 
+def _bound(size: int) -> int:
+    b = _bucket(size, SIZE_BUCKETS)
+    return int(SIZE_BUCKETS[b]) if b < len(SIZE_BUCKETS) else 65535
+
+
 def _bucket(value: float, bounds: tuple[float, ...]) -> int:
     for i, b in enumerate(bounds):
         if value <= b:
@@ -175,6 +181,11 @@ class DnsMetrics:
 
     def kind(self, kind: Kind) -> int:
         n = self._numbers.get(kind)
+        if n is None and len(self.kinds) >= EXACT_KINDS:
+            # Many distinct sizes (random names): keep the number of kinds bounded by counting sizes
+            # at their bucket's bound from here on (the histogram buckets stay exact, the sums round).
+            kind = replace(kind, request_size=_bound(kind.request_size), response_size=_bound(kind.response_size))
+            n = self._numbers.get(kind)
         if n is None:
             n = self._numbers[kind] = len(self.kinds)
             self.kinds.append(kind)

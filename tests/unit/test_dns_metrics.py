@@ -141,3 +141,10 @@ def test_truncated_and_servfail_replies_are_not_kept() -> None:
     for r in (truncated, servfail):
         cache.put(cache_key(data, end), r, end, False, 0, 1, 1, False)
     assert not cache.udp
+
+
+def test_the_number_of_kinds_stays_bounded() -> None:
+    m = DnsMetrics("")
+    for size in range(20_000):
+        m.kind(Kind("udp", 1, "A", "NXDOMAIN", "kubernetes", "miss", False, 12 + size % 500, 30 + size))
+    assert len(m.kinds) < 4096 + 14 * 14
