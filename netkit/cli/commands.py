@@ -18,7 +18,10 @@ from netkit.cli.inputs import Inputs, add_input_options, load_inputs
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
+from netkit.rules import cleanup
 from netkit.rules.backend import Backend, P, R
+from netkit.rules.cleanup import Survey
+from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
 from netkit.rules.registry import with_backend
 
 FAMILIES = {"ipv4": IPFamily.IPV4, "ipv6": IPFamily.IPV6}
@@ -135,11 +138,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
     def run(be: Backend[R, P]) -> int:
         report: dict[str, FamilyDiff[P]] = {}
         for family in _families(args):
-            live = be.kernel(inputs.config, family, args.netns).dump()
+            kernel = be.kernel(inputs.config, family, args.netns)
+            live = kernel.dump()
             desired = be.compile(inputs.state, inputs.config, family)
             p = be.plan(live, desired)
             changes = service_changes(be.summarize(live), be.summarize(desired))
-            report[family.value] = FamilyDiff(p.empty, changes, p, be.foreign(live, desired))
+            stale = leftover_lines(be.name, _leftovers(be.name, kernel, family, args.netns, live))
+            report[family.value] = FamilyDiff(p.empty and not stale, changes, p, be.foreign(live, desired) + stale)
         pending = any(not r.in_sync or r.services for r in report.values())
         if args.output == "json":
             json.dump({"in_sync": not pending, "families": {
@@ -175,7 +180,7 @@ def _display(key: str) -> str:
 def _print_diff(be: Backend[R, P], report: Mapping[str, FamilyDiff[P]]) -> None:
     out = sys.stdout
     for family, r in report.items():
-        if r.in_sync and not r.services:
+        if r.in_sync and not r.services and not r.foreign:
             out.write(f"{family}: in sync\n")
             continue
         out.write(f"{family}:\n")
@@ -209,26 +214,52 @@ def _count(endpoints: list[str]) -> str:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    """Per family: plan against the live rules, write the plan, then remove what other modes left
+    (two dataplanes must not both see traffic). Everything is read first: a foreign rule referring
+    to another mode's chains stops the apply before anything changes."""
     inputs = _setup(args)
 
     def run(be: Backend[R, P]) -> int:
+        work = []
         for family in _families(args):
             kernel = be.kernel(inputs.config, family, args.netns)
-            desired = be.compile(inputs.state, inputs.config, family)
-            p = be.plan(kernel.dump(), desired)
+            live = kernel.dump()
+            work.append((family, kernel, be.plan(live, be.compile(inputs.state, inputs.config, family)),
+                         _leftovers(be.name, kernel, family, args.netns, live)))
+        cleanup.refuse_if_blocked([s for *_, surveys in work for s in surveys])
+        for family, kernel, p, surveys in work:
             if p.empty:
                 print(f"netkit: {family.value}: already in sync", file=sys.stderr)
-                continue
-            kernel.apply(p)
-            print(f"netkit: {family.value}: applied ({p.stats()})", file=sys.stderr)
+            else:
+                kernel.apply(p)
+                print(f"netkit: {family.value}: applied ({p.stats()})", file=sys.stderr)
+            if any(not s.empty for s in surveys):
+                cleanup.execute(surveys)
+                removed = "; ".join(d for s in surveys for d in s.describe())
+                print(f"netkit: {family.value}: removed what other modes left: {removed}", file=sys.stderr)
         return 0
 
     return with_backend(inputs.config.mode, run)
 
 
+def _leftovers(mode: str, kernel: object, family: IPFamily, netns: str | None, live: object) -> list[Survey]:
+    """What modes other than `mode` left in the kernel (netkit.rules.cleanup.leftovers)."""
+    backend = getattr(kernel, "resolved_backend", None)
+    known = live if mode == "iptables" and isinstance(live, IptablesRuleset) else None
+    return cleanup.leftovers(mode, family, netns, backend=backend, known=known)
+
+
+def leftover_lines(mode: str, surveys: list[Survey]) -> list[str]:
+    """`diff`'s lines for other modes' leftovers and what blocks their removal."""
+    out = [f"another mode's {d}: apply removes it once the {mode} rules are in place"
+           for s in surveys for d in s.describe()]
+    out += [f"{b}: refers to another mode's chains, so apply refuses until it is gone"
+            for s in surveys for b in s.blockers]
+    return out
+
+
 def cmd_cleanup(args: argparse.Namespace) -> int:
     """Every mode's objects (or `--mode`'s), all or nothing: see netkit.rules.cleanup."""
-    from netkit.rules import cleanup
     _check_netns(args)
     modes = (args.mode,) if args.mode else cleanup.MODES
     backends = cleanup.IPTABLES_BACKENDS if args.iptables_backend == "auto" else (args.iptables_backend,)

@@ -140,11 +140,13 @@ def is_entry_jump(table: str, chain: str, rule: str) -> bool:
 
 def survey(modes: Sequence[str], family: IPFamily, netns: str | None, *, keep: Sequence[str] = (),
            iptables_backends: Sequence[str] = IPTABLES_BACKENDS,
-           known: dict[str, Ruleset] | None = None) -> Survey:
+           known: dict[str, Ruleset] | None = None, iptables_only: bool = False,
+           nft_tables: Sequence[str] = NFT_TABLES) -> Survey:
     """Everything of `modes` (but not of `keep`) in one family; `known` maps an iptables backend to
     a dump already read (the apply path has one of its own backend)."""
     owned = owner(modes, keep=keep)
-    ipvs = "ipvs" in modes and "ipvs" not in keep
+    kept = owner(keep)  # chains the mode just programmed rewrites: never blockers
+    ipvs = "ipvs" in modes and "ipvs" not in keep and not iptables_only
     sets = _ipsets(family, netns) if ipvs else ()
     parts: list[IptablesPart] = []
     blockers: list[str] = []
@@ -155,12 +157,30 @@ def survey(modes: Sequence[str], family: IPFamily, netns: str | None, *, keep: S
                 live = _dump(family, backend, netns)
             if live is None:
                 continue
-            part, found = _iptables_part(_tool(family, backend), family, live, owned, set(sets))
+            part, found = _iptables_part(_tool(family, backend), family, live, owned, kept, set(sets))
             parts.append(part)
             blockers += found
     return Survey(family, netns, tuple(parts),
-                  _nft_tables(family, netns) if "nftables" in modes and "nftables" not in keep else (),
+                  _nft_tables(family, netns, nft_tables)
+                  if "nftables" in modes and "nftables" not in keep and not iptables_only else (),
                   sets, _ipvs_services(family, netns) if ipvs else 0, ipvs and _has_link(netns), tuple(blockers))
+
+
+def leftovers(mode: str, family: IPFamily, netns: str | None, *, backend: str | None = None,
+              known: Ruleset | None = None) -> list[Survey]:
+    """What the other modes left on a node now programmed in `mode` — kube-proxy removes them when
+    it starts, so that two dataplanes never both see traffic. For the iptables mode in `backend`,
+    that includes every netkit chain in the other iptables backend; `known` is a dump of
+    `backend` taken before the apply (what other modes own in it, apply does not change)."""
+    others = tuple(m for m in MODES if m != mode)
+    if mode == "nftables":  # and kube-proxy's own nftables table: a second dataplane too
+        return [survey(MODES, family, netns, nft_tables=("kube-proxy",))]
+    if mode == "ipvs" or backend not in IPTABLES_BACKENDS:
+        return [survey(others, family, netns, keep=(mode,))]
+    other = tuple(b for b in IPTABLES_BACKENDS if b != backend)
+    return [survey(others, family, netns, keep=(mode,), iptables_backends=(backend,),
+                   known={backend: known} if known is not None else None),
+            survey(("iptables", "ipvs"), family, netns, iptables_backends=other, iptables_only=True)]
 
 
 def _tool(family: IPFamily, backend: str) -> str:
@@ -179,7 +199,7 @@ def _dump(family: IPFamily, backend: str, netns: str | None) -> Ruleset | None:
 
 
 def _iptables_part(tool: str, family: IPFamily, live: Ruleset, owned: Callable[[str], bool],
-                   sets: set[str]) -> tuple[IptablesPart, list[str]]:
+                   kept: Callable[[str], bool], sets: set[str]) -> tuple[IptablesPart, list[str]]:
     chains: dict[str, tuple[str, ...]] = {}
     jumps: dict[str, tuple[tuple[str, str], ...]] = {}
     blockers: list[str] = []
@@ -188,7 +208,7 @@ def _iptables_part(tool: str, family: IPFamily, live: Ruleset, owned: Callable[[
         mine = tuple(c for c in present if owned(c) and not is_builtin(table, c))
         found: list[tuple[str, str]] = []
         for chain, rules in present.items():
-            if chain in mine:
+            if chain in mine or kept(chain):
                 continue
             for rule in rules:
                 target = jump_target(rule)
@@ -211,12 +231,12 @@ def match_sets(rule: str) -> list[str]:
     return [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--match-set"]
 
 
-def _nft_tables(family: IPFamily, netns: str | None) -> tuple[str, ...]:
+def _nft_tables(family: IPFamily, netns: str | None, names: Sequence[str]) -> tuple[str, ...]:
     if shutil.which("nft") is None:
         return ()
     proc = run(["nft", "list", "tables"], netns, check=False)
     fam = "ip" if family is IPFamily.IPV4 else "ip6"
-    wanted = {f"table {fam} {t}" for t in NFT_TABLES}
+    wanted = {f"table {fam} {t}" for t in names}
     return tuple(line.removeprefix("table ") for line in proc.stdout.splitlines() if line.strip() in wanted)
 
 

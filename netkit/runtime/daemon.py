@@ -360,6 +360,8 @@ class Daemon:
             gc.freeze()
         self.health.updated()
         await self.service_health.update(service_health(state), self._health_hosts(state))
+        if not self.synced.is_set():
+            await asyncio.to_thread(self._remove_leftovers)
         self.synced.set()
         log.info("sync done", extra={"full": result.full, "seconds": round(result.seconds, 4),
                                      "chains": result.chains_written})
@@ -415,6 +417,26 @@ class Daemon:
             for t in triggers:
                 for h in m.each_family("kubeproxy_network_programming_duration_seconds"):
                     h.observe(max(0.0, now - t))
+
+    def _remove_leftovers(self) -> None:
+        """After the first sync: remove what other modes left (as kube-proxy does when it starts), so
+        that two dataplanes never both see traffic. A foreign reference to them keeps them (warned)."""
+        from netkit.errors import NetkitError
+        from netkit.rules import cleanup
+        from netkit.rules.iptables.kernel import IptablesKernel
+        cfg, netns = self.options.config, self.options.netns
+        for family in self.options.families:
+            try:
+                # the backend the iptables mode now uses (auto: detected from the canary just written)
+                backend = IptablesKernel(family, netns, cfg.iptables_backend).resolved_backend \
+                    if cfg.mode == "iptables" else None
+                surveys = cleanup.leftovers(cfg.mode, family, netns, backend=backend)
+                if any(not s.empty for s in surveys):
+                    cleanup.execute(surveys)
+                    log.info("removed what other modes left", extra={
+                        "family": family.value, "removed": [d for s in surveys for d in s.describe()]})
+            except NetkitError as exc:
+                log.warning("other modes' rules kept: %s", exc, extra={"family": family.value})
 
     def cleanup(self) -> None:
         """`run --cleanup`: every mode's rules, as kube-proxy --cleanup (netkit.rules.cleanup)."""
