@@ -164,7 +164,15 @@ class Daemon:
             return FileSource(self.options.files, self.store, allow_empty=self.options.allow_empty)
         from netkit.sources.kube import ApiSettings, KubeSource
         return KubeSource(self.options.api or ApiSettings(), self.store, node_name=self.options.config.node_name,
-                          pods=bool(self.options.dns_listen), options=self.options.reflector_options)
+                          pods=self._dns_needs_pods(), options=self.options.reflector_options)
+
+    def _dns_needs_pods(self) -> bool:
+        """Pods are watched only for verified pod records (CoreDNS's `pods verified`); `--dns-listen`
+        serves pod records disabled, so the DaemonSet's ClusterRole needs no Pod access."""
+        if not self.options.dns_listen:
+            return False
+        from netkit.dns.view import Options, PodMode
+        return Options().pods is PodMode.VERIFIED
 
     async def _start_http(self) -> list[web.AppRunner]:
         """/healthz+/livez and /metrics. A port that cannot be bound is logged and tried again every

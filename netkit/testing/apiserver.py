@@ -77,6 +77,7 @@ class AuditRecord:
     path: str
     code: int
     query: str = ""  # the raw query string (selectors, watch parameters)
+    auth: str = ""  # the Authorization header as sent (the test server accepts any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,12 +234,13 @@ class TestApiServer:
 
     def _record(self, verb: str, target: _Target | None, request: web.Request, code: int) -> None:
         path, query = request.path, request.query_string
+        auth = request.headers.get("Authorization", "")
         if target is None:
-            self.audit.append(AuditRecord(verb, "", "", "", "", path, code, query))
+            self.audit.append(AuditRecord(verb, "", "", "", "", path, code, query, auth))
         else:
             r = target.resource
             self.audit.append(AuditRecord(verb, r.group, r.plural, target.namespace, target.name, path, code,
-                                          query))
+                                          query, auth))
 
     async def _serve(self, request: web.Request, target: _Target, verb: str) -> web.Response:
         store, r = self.store, target.resource

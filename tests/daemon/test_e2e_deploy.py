@@ -4,6 +4,7 @@ every manifest against the test API server; the DaemonSet and Containerfile say 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import shutil
 from pathlib import Path
@@ -15,7 +16,18 @@ import yaml
 from netkit.testing.apiserver import TestApiServer, rbac_uncovered
 
 from .conftest import eventually, run
-from .e2e import Kubectl, running_daemon, web_service, web_slice, with_ports
+from .e2e import (
+    Kubectl,
+    config,
+    free_port,
+    options,
+    running_daemon,
+    start_daemon,
+    stop_daemon,
+    web_service,
+    web_slice,
+    with_ports,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -91,23 +103,66 @@ def test_kubectl_accepts_the_manifests(tmp_path: Path) -> None:
     run(scenario(), timeout=40)
 
 
-def test_the_daemonset_has_what_the_daemon_needs() -> None:
+def test_the_daemonset_has_what_the_daemon_needs(tmp_path: Path) -> None:
     ds = of_kind("DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert pod["hostNetwork"] is True and c["securityContext"]["privileged"] is True
     assert pod["serviceAccountName"] == of_kind("ServiceAccount")["metadata"]["name"]
-    mounts = {m["mountPath"] for m in c["volumeMounts"]}
-    assert {"/run/xtables.lock", "/lib/modules"} <= mounts
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert {"/run/xtables.lock", "/lib/modules"} <= set(mounts)
     assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": 10256, "host": "127.0.0.1"}
-    assert c["livenessProbe"]["httpGet"]["port"] == 10256
-    assert c["command"][:4] == ["netkit", "run", "--config", "/etc/netkit/config.yaml"]
-    config = yaml.safe_load(of_kind("ConfigMap")["data"]["config.yaml"])
-    from netkit.config import from_kube_proxy_configuration
-    cfg = from_kube_proxy_configuration(config)
-    assert cfg.ignored == () and cfg.healthz_bind_address.endswith(":10256")
+    live = c["livenessProbe"]
+    assert live["httpGet"] == {"path": "/livez", "port": 10256, "host": "127.0.0.1"}
+    # /livez fails 2 x syncPeriod after a change queued during the first sync; the probe then waits
+    # failureThreshold x periodSeconds more: together at least twice the 65 s of a 10k-service first sync.
+    assert 60 + live["failureThreshold"] * live["periodSeconds"] >= 2 * 65
+    # kubeadm's arguments, the ConfigMap mounted where config.conf names its kubeconfig.conf
+    assert c["command"] == ["netkit", "run", "--config=/var/lib/netkit/config.conf",
+                            "--hostname-override=$(NODE_NAME)"]
+    volume = next(v for v in pod["volumes"] if v["name"] == mounts["/var/lib/netkit"])
+    cm = of_kind("ConfigMap")
+    assert volume["configMap"]["name"] == cm["metadata"]["name"]
+    from netkit.config import load_kube_proxy_configuration
+    cfg = load_kube_proxy_configuration(cm["data"]["config.conf"], "config.conf")
+    assert cfg.warnings == () and cfg.healthz_bind_address.endswith(":10256")
+    assert cfg.kubeconfig == "/var/lib/netkit/kubeconfig.conf" and "kubeconfig.conf" in cm["data"]
+    kubeconfig = yaml.safe_load(cm["data"]["kubeconfig.conf"])
+    user = kubeconfig["users"][0]["user"]
+    assert user == {"tokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
+    assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("https://")
     binding = of_kind("ClusterRoleBinding")
     assert binding["roleRef"]["name"] == of_kind("ClusterRole")["metadata"]["name"]
+    # the command line parses as netkit run's (kube-proxy's flags)
+    from netkit.runtime.command import register, run_config
+    top = argparse.ArgumentParser()
+    register(top.add_subparsers())
+    conf = tmp_path / "config.conf"
+    conf.write_text(cm["data"]["config.conf"])
+    argv = [a.replace("/var/lib/netkit/config.conf", str(conf)).replace("$(NODE_NAME)", "node-a")
+            for a in c["command"][2:]]
+    parsed, _ = run_config(top.parse_args(["run", *argv]))
+    assert parsed.node_name == "node-a" and parsed.sync_period == 30.0
+
+
+def test_dns_listen_needs_no_more_than_the_cluster_role(netns: str, tmp_path: Path) -> None:
+    role = of_kind("ClusterRole")
+
+    async def scenario() -> None:
+        async with TestApiServer(bookmark_interval=0.5) as srv:
+            srv.store.create(yaml.safe_load(web_service()))
+            kubectl = Kubectl(srv, tmp_path)
+            opts = options(netns, config(), kubeconfig=kubectl.kubeconfig, dns_listen=f"127.0.0.1:{free_port()}")
+            daemon, task = await start_daemon(opts)
+            try:
+                await asyncio.wait_for(daemon.synced.wait(), 10)  # a 403 on Pods would block this
+            finally:
+                await stop_daemon(task)
+            assert rbac_uncovered(srv.audit, role) == []
+            assert not [a for a in srv.audit if a.resource == "pods"]
+
+    run(scenario(), timeout=40)
 
 
 def test_the_containerfile_copies_what_exists_and_installs_the_tools() -> None:

@@ -35,14 +35,16 @@ def get(netns: str, host: str, port: int, path: str = "/", timeout: float = 1.0)
 
 
 def metric(text: str, name: str) -> float | None:
-    """The value of an unlabelled Prometheus sample `name` in `text`."""
+    """The value of Prometheus sample `name` in `text`; with labels (kube-proxy's `ip_family`), the
+    largest of its series."""
+    values = []
     for line in text.splitlines():
-        if line.startswith(name + " "):
+        if line.startswith((name + " ", name + "{")):
             try:
-                return float(line.split()[1])
+                values.append(float(line.rsplit(None, 1)[1]))
             except (IndexError, ValueError):
-                return None
-    return None
+                continue
+    return max(values) if values else None
 
 
 def last_sync(netns: str, metrics_port: int = 10249) -> float | None:
