@@ -65,3 +65,27 @@ def test_daemon_serves_and_follows_the_synced_view(netns: str, tmp_path: Path) -
         proc.terminate()
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
+
+
+def test_dns_follows_changes_without_waiting_for_a_rule_sync(netns: str, tmp_path: Path) -> None:
+    """Rule syncs at most every 60 s: a changed ClusterIP must still reach DNS at once."""
+    manifests = tmp_path / "m"
+    shutil.copytree(EXAMPLES, manifests)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "netkit", "run", "-f", str(manifests), "--node-name", "node-a",
+         "--cluster-cidr", "10.244.0.0/16", "--netns", netns, "--healthz-bind-address", "",
+         "--metrics-bind-address", "", "--dns-listen", f"127.0.0.1:{port}", "--dns-upstream", "127.0.0.1:9",
+         "--min-sync-period", "60", "--sync-period", "120"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: ask(port, "web.default.svc.cluster.local").rcode() == dns.rcode.NOERROR)
+        time.sleep(0.5)  # the first rule sync has run: the next may not start for 60 s
+        (manifests / "10-web-clusterip.yaml").write_text(
+            (manifests / "10-web-clusterip.yaml").read_text().replace("10.96.0.10", "10.96.0.77"))
+        wait_for(lambda: [str(r) for rrset in ask(port, "web.default.svc.cluster.local").answer
+                          for r in rrset] == ["10.96.0.77"], timeout=10)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
