@@ -75,3 +75,12 @@ def test_changes_touch_only_what_differs_and_stamp_the_trigger_time() -> None:
         == ["T3"]
     foreign = {"kind": "EndpointSlice", "metadata": {"name": "x", "namespace": "default", "labels": {}}}
     assert controller.changes([*current, foreign], {}, "T4")[2] == [("default", "web-lab")]
+
+
+def test_the_sync_metric_is_read_labelled_or_not() -> None:
+    from netkit.lab.cluster.nodehttp import SYNC_METRIC, metric
+
+    text = (f"# HELP {SYNC_METRIC} x\n{SYNC_METRIC}{{ip_family=\"IPv4\"}} 1.5e+09\n"
+            f"{SYNC_METRIC}{{ip_family=\"IPv6\"}} 1.4e+09\n{SYNC_METRIC}_other 7\n")
+    assert metric(text, SYNC_METRIC) == 1.4e9
+    assert metric(f"{SYNC_METRIC} 0.0\n", SYNC_METRIC) == 0.0 and metric("", SYNC_METRIC) is None

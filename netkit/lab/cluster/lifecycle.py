@@ -189,7 +189,7 @@ def record_of(cid: str) -> state.Record:
     return record
 
 
-def scale(cid: str, deploy: str, replicas: int, *, create: bool = False, grace_timeout: float = 10.0) -> Changed:
+def scale(cid: str, deploy: str, replicas: int, *, create: bool = False, grace_timeout: float = 30.0) -> Changed:
     """Set `deploy`'s pods to `replicas` (`create`: a new deployment, its pods labelled app=DEPLOY)."""
     with state.locked(cid):
         record = record_of(cid)
@@ -206,7 +206,7 @@ def scale(cid: str, deploy: str, replicas: int, *, create: bool = False, grace_t
         return Changed(added, doomed)
 
 
-def drain(cid: str, node: str, *, grace_timeout: float = 10.0) -> Changed:
+def drain(cid: str, node: str, *, grace_timeout: float = 30.0) -> Changed:
     with state.locked(cid):
         record = record_of(cid)
         try:

@@ -35,8 +35,8 @@ def get(netns: str, host: str, port: int, path: str = "/", timeout: float = 1.0)
 
 
 def metric(text: str, name: str) -> float | None:
-    """The value of Prometheus sample `name` in `text`; with labels (kube-proxy's `ip_family`), the
-    largest of its series."""
+    """The smallest value of Prometheus samples `name` in `text`, labelled or not (kube-proxy's
+    sync timestamp has one per IP family: the smallest is when every family last synced)."""
     values = []
     for line in text.splitlines():
         if line.startswith((name + " ", name + "{")):
@@ -44,7 +44,7 @@ def metric(text: str, name: str) -> float | None:
                 values.append(float(line.rsplit(None, 1)[1]))
             except (IndexError, ValueError):
                 continue
-    return max(values) if values else None
+    return min(values) if values else None
 
 
 def last_sync(netns: str, metrics_port: int = 10249) -> float | None:
