@@ -145,3 +145,21 @@ def test_fake_refuses_what_the_kernel_refuses_and_changes_nothing() -> None:
         with pytest.raises(KernelError):
             k.apply(p)
         assert k.state == before, what  # all or nothing
+
+
+def test_the_payload_is_planned_chain_by_chain_and_jumps_are_inserted() -> None:
+    from netkit.config import parse_cidrs
+    from netkit.rules.ipvs.plan import describe
+
+    first = synced(web())  # a fresh kernel: every chain written, every entry jump inserted
+    (applied,) = first.applied
+    assert applied.iptables is not None
+    assert len(applied.iptables.jumps) == 11 and applied.stats()["iptables_chains_written"] == 11
+    masq_all = compile(state(sp("web", "10.96.0.10", 80, EPS)), replace(CFG, cluster_cidrs=parse_cidrs(
+        ["10.244.0.0/16"], "t")), V4)
+    p = plan(first.dump(), masq_all)  # another config: one chain differs, the jumps are in place
+    assert p.iptables is not None and not p.iptables.jumps
+    assert {c for chains in p.iptables.write.values() for c in chains} == {"KUBE-SERVICES"}
+    text = describe(p)
+    assert "+++ desired nat KUBE-SERVICES" in text and "+-A KUBE-SERVICES ! -s 10.244.0.0/16" in text
+    assert "iptables-restore --noflush <<EOF" in render_plan(p)

@@ -204,3 +204,28 @@ def test_the_iptables_backend_choice_is_honoured(served: Lab) -> None:
     finally:
         k.cleanup()
     assert "KUBE-" not in sh("ip", "netns", "exec", served.node, "iptables-legacy-save")
+
+
+def test_daemon_syncs_follow_one_change_at_a_time(served: Lab) -> None:
+    """The daemon's path: a full sync, then incremental ones (the remembering compiler's hint, the
+    in-memory committed state), each leaving the kernel exactly as a fresh dump-and-plan wants it."""
+    from netkit.rules.ipvs.backend import BACKEND
+    from netkit.runtime.syncer import Syncer
+
+    syncer = Syncer(CONFIG, BACKEND, [V4], netns=served.node)
+    ports = [sp("web", "10.96.0.10", 80, POD_IPS, node_port=30080),
+             sp("dns", "10.96.0.53", 53, POD_IPS, proto=Protocol.UDP, target=5353)]
+    kernel = syncer.kernels[V4]
+    try:
+        assert syncer.sync(state(*ports), full=True).error is None
+        steps = [state(sp("web", "10.96.0.10", 80, POD_IPS[:2], node_port=30080), ports[1]),  # one endpoint less
+                 state(sp("web", "10.96.0.10", 80, POD_IPS[:2], node_port=30080), ports[1],
+                       sp("new", "10.96.0.20", 80, POD_IPS[2:])),  # a service more
+                 state(ports[0])]  # a service less
+        for st in steps:
+            result = syncer.sync(st, full=False)
+            assert result.error is None and result.changed
+            assert plan(kernel.dump(), compile(st, CONFIG, V4)).empty
+        assert sorted(served.tcp_hits("10.96.0.10", 80, 6).values()) == [2, 2, 2]
+    finally:
+        kernel.cleanup()
