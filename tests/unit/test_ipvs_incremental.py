@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from netkit.config import Config, parse_cidrs
 from netkit.model import IPFamily, NodeState, Protocol, ServicePortState
+from netkit.rules.ipvs.backend import BACKEND
 from netkit.rules.ipvs.compile import Compiler, compile
 from netkit.rules.ipvs.fake import FakeKernel
 from netkit.rules.ipvs.plan import plan
@@ -111,3 +112,12 @@ def test_a_hint_about_another_ruleset_is_refused() -> None:
     compiler.compile(state(port(0, 3, 0)))
     assert compiler.changed_since(a) is not None
     assert compiler.changed_since(compile(state(port(0, 2, 0)), CFG, V4)) is None
+
+
+def test_the_result_carries_its_index_and_what_can_differ() -> None:
+    compiler = Compiler(CFG, V4)
+    first = compiler.compile(state(port(0, 2, 1), port(1, 2, 0)))
+    second = compiler.compile(state(port(0, 3, 1), port(1, 2, 0)))
+    assert second.since is not None and second.since.applies_to(first)
+    assert second._index is not None  # handed over by the compiler, not rebuilt on first use
+    assert BACKEND.plan(first, second) == plan(first, second)

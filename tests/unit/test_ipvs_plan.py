@@ -154,7 +154,7 @@ def test_the_payload_is_planned_chain_by_chain_and_jumps_are_inserted() -> None:
     first = synced(web())  # a fresh kernel: every chain written, every entry jump inserted
     (applied,) = first.applied
     assert applied.iptables is not None
-    assert len(applied.iptables.jumps) == 11 and applied.stats()["iptables_chains_written"] == 11
+    assert len(applied.iptables.jumps) == 11 and applied.counts()["iptables_chains_written"] == 11
     masq_all = compile(state(sp("web", "10.96.0.10", 80, EPS)), replace(CFG, cluster_cidrs=parse_cidrs(
         ["10.244.0.0/16"], "t")), V4)
     p = plan(first.dump(), masq_all)  # another config: one chain differs, the jumps are in place

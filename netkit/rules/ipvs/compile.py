@@ -38,7 +38,7 @@ import hashlib
 import weakref
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -112,6 +112,7 @@ class _Touched:
     sets: set[str] = field(default_factory=set)  # base names
     addresses: bool = False
     mangle: bool = False
+    bulk: bool = False  # a fresh compile: virtual servers are sorted once at the end
 
 
 class Compiler:
@@ -146,7 +147,7 @@ class Compiler:
             self._reset(node_ips)
         ctx = Context(self.config, self.family, node_ips)
         marks = fwmarks(ports)
-        t = _Touched()
+        t = _Touched(bulk=fresh)
         old, memo = self._memo, {}
         pop = old.pop
         for sp in ports:
@@ -164,13 +165,15 @@ class Compiler:
         for ident, (_, _, part) in old.items():  # service ports that changed or went away
             self._remove(ident, part, t)
         self._memo = memo
+        if fresh:
+            self._sorted.sort(key=_sort_key)
         before = self._result
         result = self._build(t, fresh)
         self._changes = None if fresh else Changes(
             frozenset(t.services), frozenset(n.set_name(b, self.family) for b in t.sets), t.addresses,
             frozenset({n.INTERNAL_MARK}) if t.mangle else frozenset())
         if self._changes is not None and before is not None:  # what the planner needs to know, on the result
-            result = replace(result, since=Since(weakref.ref(before), self._changes))
+            result = with_index(replace(result, since=Since(weakref.ref(before), self._changes)), result.index)
         self._before_last, self._result = before, result
         return result
 
@@ -224,11 +227,14 @@ class Compiler:
         cur = self._services.get(k)
         if cur is None:
             self._services[k] = vs
-            insort(self._sorted, vs, key=_sort_key)
+            if t.bulk:
+                self._sorted.append(vs)  # sorted once at the end
+            else:
+                insort(self._sorted, vs, key=_sort_key)
             return
         contenders = self._contenders.setdefault(k, [cur])
         contenders.append(vs)
-        self._crown(k, min(contenders, key=_claim))
+        self._crown(k, min(contenders, key=_claim), t)
 
     def _remove_service(self, vs: VirtualServer, t: _Touched) -> None:
         k = vs.key
@@ -239,14 +245,17 @@ class Compiler:
             del self._sorted[bisect_left(self._sorted, k.sort_key, key=_sort_key)]
             return
         del contenders[next(i for i, c in enumerate(contenders) if c is vs)]
-        self._crown(k, min(contenders, key=_claim))
+        self._crown(k, min(contenders, key=_claim), t)
         if len(contenders) == 1:
             del self._contenders[k]
 
-    def _crown(self, k: VSKey, vs: VirtualServer) -> None:
+    def _crown(self, k: VSKey, vs: VirtualServer, t: _Touched) -> None:
         """`vs` is now the virtual server of key `k` (which stays)."""
         self._services[k] = vs
-        self._sorted[bisect_left(self._sorted, k.sort_key, key=_sort_key)] = vs
+        if t.bulk:
+            self._sorted[next(i for i, x in enumerate(self._sorted) if x.key == k)] = vs
+        else:
+            self._sorted[bisect_left(self._sorted, k.sort_key, key=_sort_key)] = vs
 
     def _build(self, t: _Touched, fresh: bool) -> Ruleset:
         last = None if fresh else self._result
@@ -325,10 +334,16 @@ def virtual_servers(sp: ServicePortState, config: Config, node_ips: Sequence[IPA
     external = sp.local_endpoints if sp.external_policy_local else sp.cluster_endpoints
     sched = scheduler(sp, config)
 
-    def vs(ip: IPAddress | None, port: int, eps: Iterable[EndpointAddr], what: str, fw: int = 0) -> VirtualServer:
-        reals = tuple(sorted(RealServer(e.ip, e.port) for e in eps))
+    made: dict[int, tuple[RealServer, ...]] = {}  # by the endpoint tuple's identity: made once, shared
+    name = str(sp.name)
+
+    def vs(ip: IPAddress | None, port: int, eps: tuple[EndpointAddr, ...], what: str, fw: int = 0) -> VirtualServer:
+        reals = made.get(id(eps))
+        if reals is None:
+            # in the model's endpoint order, which is RealServer's (family, address, port)
+            reals = made[id(eps)] = tuple([RealServer(e.ip, e.port) for e in eps])
         return VirtualServer(sp.protocol, ip, port, sched, sp.affinity_timeout, fw, sp.family, reals,
-                             f"{sp.name} {what}")
+                             f"{name} {what}")
 
     out = [vs(sp.cluster_ip, sp.port, internal, "cluster IP")]
     out += [vs(ip, sp.port, external, "external IP") for ip in sp.external_ips]

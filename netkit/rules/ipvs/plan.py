@@ -141,7 +141,7 @@ def _plan_services(committed: Ruleset, desired: Ruleset, p: Plan, only: frozense
             added.append(want)
         elif want is None:
             gone.append(have)
-        else:
+        elif have != want:  # equality ignores connection counts and comments
             if have.spec != want.spec:
                 changed.append(want)
             draining += _plan_reals(have, want, add_r, set_r, del_r)
