@@ -1,10 +1,14 @@
-"""StateBuilder and Compiler remember what they made; whatever the sequence of changes, their results
-equal a fresh build and compile."""
+"""StateBuilder and every backend's Compiler remember what they made; whatever the sequence of changes,
+their results equal a fresh build and compile, and the plan made with what the compiler says can differ
+(`Ruleset.since`) equals the plan of a full comparison. Every backend whose compiler remembers is in
+REMEMBERING (IPVS's own cases are in test_ipvs_incremental.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +18,7 @@ from netkit.model.state import StateBuilder
 from netkit.model.types import Objects
 from netkit.rules.iptables.compile import Compiler, compile
 from netkit.rules.iptables.plan import Plan, plan
+from netkit.rules.registry import backend
 from tests.factories import endpoint, node, objects, service, slice_
 
 CFG = Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16"], "t"), large_cluster_endpoints=12)
@@ -61,6 +66,45 @@ def test_remembering_gives_the_same_results(steps: list[list[tuple[int, int]]]) 
         previous = desired
 
 
+REMEMBERING = ("iptables", "nftables", "ipvs")
+
+
+def unlinked(ruleset: Any) -> Any:
+    """The same content with no link to the compile that made it (no `since`, no part index): what
+    a planner must compare in full."""
+    fields = {"since": None}
+    if hasattr(ruleset, "parts"):
+        fields["parts"] = None
+    return replace(ruleset, **fields)
+
+
+@pytest.mark.parametrize("mode", REMEMBERING)
+@settings(max_examples=30, deadline=None)
+@given(steps=st.lists(step, min_size=1, max_size=5))
+def test_every_remembering_compiler_plans_like_a_full_comparison(mode: str, steps: list[list[tuple[int, int]]]) -> None:
+    be: Any = backend(mode)
+    builder, compiler = StateBuilder(), be.compiler(CFG, IPFamily.IPV4)
+    cache: dict[tuple[int, int, int], Objects] = {}
+    previous = None
+    for services in steps:
+        pieces = []
+        for i, (count, variant) in enumerate(services):
+            key = (i, count, variant)
+            if key not in cache:
+                cache[key] = objects(*docs_for(i, count, variant))
+            pieces.append(cache[key])
+        merged = Objects(tuple(s for p in pieces for s in p.services), tuple(s for p in pieces for s in p.slices),
+                         objects(node()).nodes)
+        state = builder.build(merged, "node-a")
+        desired = compiler.compile(state)
+        assert desired == be.compile(state, CFG, IPFamily.IPV4)
+        if previous is not None:
+            incremental, full = be.plan(previous, desired), be.plan(unlinked(previous), unlinked(desired))
+            assert sorted(be.render_plan(incremental).splitlines()) == sorted(be.render_plan(full).splitlines())
+            assert incremental.empty == full.empty
+        previous = desired
+
+
 def same_plan(a: Plan, b: Plan) -> bool:
     return ({t: dict(c) for t, c in a.write.items()} == {t: dict(c) for t, c in b.write.items()}
             and {t: set(c) for t, c in a.delete.items()} == {t: set(c) for t, c in b.delete.items()}
@@ -81,3 +125,22 @@ def test_unchanged_services_keep_their_objects_and_chains() -> None:
                  and c.startswith(("KUBE-SVC-", "KUBE-SEP-"))]
     assert len(s0_chains) == 3
     assert all(second.rules("nat", c) is first.rules("nat", c) for c in s0_chains)
+
+
+def test_nftables_one_endpoint_change_recompiles_one_port_and_names_it() -> None:
+    be: Any = backend("nftables")
+    a = objects(node(), *docs_for(0, 2, 0), *docs_for(1, 3, 1), *docs_for(2, 4, 2))
+    builder, compiler = StateBuilder(), be.compiler(CFG, IPFamily.IPV4)
+    first = compiler.compile(builder.build(a, "node-a"))
+    changed = objects(*docs_for(1, 2, 1))  # s1 loses an endpoint; s0 and s2 stay as they were
+    b = Objects(a.services[:1] + changed.services + a.services[2:], a.slices[:1] + changed.slices + a.slices[2:],
+                a.nodes)
+    second = compiler.compile(builder.build(b, "node-a"))
+    assert second.since is not None and second.since.applies_to(first)
+    assert second.since.changed == {"default/s1/tcp/http"}
+    assert first.parts is not None and second.parts is not None
+    for label in ("default/s0/tcp/http", "default/s2/tcp/http"):
+        assert second.parts.ports[label] is first.parts.ports[label]
+    unchanged = [s for s in second.sets if s.name.startswith("no-endpoint")]
+    assert unchanged and all(s is first.set_map()[s.name] for s in unchanged), "untouched shared sets are reused"
+    assert be.plan(first, second) == be.plan(unlinked(first), unlinked(second))

@@ -17,6 +17,7 @@ from netkit.rules.nftables import names
 from netkit.rules.nftables import plan as _plan
 from netkit.rules.nftables import render as _render
 from netkit.rules.nftables import trace as _trace
+from netkit.rules.nftables.incremental import Compiler
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.parse import FOREIGN
 from netkit.rules.nftables.plan import Transaction
@@ -39,8 +40,9 @@ def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:
     return _compile.compile(state, config, family)
 
 
-def compiler(config: Config, family: IPFamily) -> _compile.Compiler:
-    return _compile.Compiler(config, family)
+def compiler(config: Config, family: IPFamily) -> Compiler:
+    """A compiler that remembers unchanged service ports between calls (for the daemon)."""
+    return Compiler(config, family)
 
 
 def render(ruleset: Live) -> str:

@@ -44,7 +44,8 @@ services, and the kernel work of a sync is proportional to what changed:
   endpoints is rejected; a Local policy without local endpoints drops (clients retry while the load
   balancer's health check catches up).
 
-Everything is a pure function of (NodeState, Config, family): no IO, no state between calls.
+Everything is a pure function of (NodeState, Config, family): no IO. The daemon's Compiler
+(incremental.py) remembers parts between calls; its results equal a fresh compile's.
 """
 
 from __future__ import annotations
@@ -65,7 +66,6 @@ from netkit.rules.nftables.ruleset import (
     Hook,
     NamedSet,
     Part,
-    Parts,
     Ruleset,
     anonymous_set,
     prefixes,
@@ -104,58 +104,65 @@ class Ctx:
 
 
 def compile(state: NodeState, config: Config, family: IPFamily) -> Ruleset:
-    """The complete desired table of one family, indexed by service port (see ruleset.Parts)."""
-    ports = state.family(family)
-    ctx = Ctx(family, config, state.node.ips, endpoint_slots(ports))
+    """The complete desired table of one family, indexed by service port (see ruleset.Parts): a
+    fresh Compiler's first compile (netkit.rules.nftables.incremental), the daemon's one code path."""
+    from netkit.rules.nftables.incremental import Compiler
+
+    return Compiler(config, family).compile(state)
+
+
+def compile_port(ctx: Ctx, p: ServicePortState) -> Part:
+    """Everything one service port contributes, as a Part (its chains, own sets, shared-set elements)."""
+    elements, chains, sets = service_port(ctx, p)
+    return Part.of(chains, sets, elements)
+
+
+def fixed_part(ctx: Ctx, shared: Sequence[NamedSet]) -> Part:
+    """The fixed chains and the shared sets' definitions (`shared`: the fixed sets and the shards in use)."""
+    return Part.of(fixed_chains(ctx, bool(ctx.config.node_port_addresses)), shared, ())
+
+
+def unindexed(ctx: Ctx, state: NodeState, ports: Sequence[ServicePortState]) -> Ruleset:
+    """The table without a part index, for a state where two ports share a label (not a valid state:
+    plan then compares everything)."""
     shared = fixed_sets(ctx, state)
-    chains = fixed_chains(ctx, bool(config.node_port_addresses))
-    fixed_chain_list = list(chains)
-    own_sets: list[NamedSet] = []
+    chains = fixed_chains(ctx, bool(ctx.config.node_port_addresses))
+    own: list[NamedSet] = []
     added: dict[str, list[Element]] = {s.name: [] for s in shared}
-    parts: dict[str, Part] = {}
-    unique = True
     for p in ports:
         elements, port_chains, port_sets = service_port(ctx, p)
-        label = n.port_label(p)
-        unique = unique and label not in parts
-        parts[label] = Part.of(port_chains, port_sets, elements)
         chains.extend(port_chains)
-        own_sets.extend(port_sets)
+        own.extend(port_sets)
         for set_name, element in elements:
             added.setdefault(set_name, []).append(element)
     shared.extend(shard_map(ctx, name) for name in sorted(added.keys() - {s.name for s in shared}))
-    fixed = Part.of(fixed_chain_list, shared, ())  # the shards in use belong to the fixed layer
     full = [replace(s, elements=s.elements | frozenset(added[s.name])) for s in shared]
-    rs = Ruleset.of(ctx.ip, [*full, *own_sets], chains)
-    if not unique:  # two ports with one label cannot happen in a valid state; plan then diffs in full
-        return rs
-    return Ruleset(rs.family, rs.table, rs.sets, rs.chains, Parts(fixed, parts, rs.sets, rs.chains))
+    return Ruleset.of(ctx.ip, [*full, *own], chains)
 
 
-class Compiler:
-    """`compile` for the daemon, one (config, family): the result equals `compile`'s."""
-
-    def __init__(self, config: Config, family: IPFamily) -> None:
-        self.config, self.family = config, family
-
-    def compile(self, state: NodeState) -> Ruleset:
-        return compile(state, self.config, self.family)
+def slotted_names(p: ServicePortState) -> list[str]:
+    """A port's endpoint chains that take a slot in the shared endpoint maps (more than one endpoint)."""
+    names: list[str] = []
+    if p.cluster_endpoints and len(p.cluster_endpoints) > 1:
+        names.append(n.service_object("svc", p))
+    if p.local_endpoints and len(p.local_endpoints) > 1:
+        names.append(n.service_object("local", p))
+    return names
 
 
 def endpoint_slots(ports: Iterable[ServicePortState]) -> dict[str, int]:
-    """Endpoint chain name → its slot in the shared endpoint maps: a hash of the name, the next free
-    slot on a collision, names taken in sorted order. A pure function of the set of names, so a
-    service keeps its slot from sync to sync (only a new name sorting before it with the same hash
-    can move it, which costs that one service a rule rewrite)."""
-    names: list[str] = []
-    for p in ports:
-        if p.cluster_endpoints and len(p.cluster_endpoints) > 1:
-            names.append(n.service_object("svc", p))
-        if p.local_endpoints and len(p.local_endpoints) > 1:
-            names.append(n.service_object("local", p))
+    """Endpoint chain name → its slot in the shared endpoint maps (see `slots_of`)."""
+    return slots_of(name for p in ports for name in slotted_names(p))
+
+
+def slots_of(names: Iterable[str]) -> dict[str, int]:
+    """Endpoint chain name → its slot: a hash of the name, the next free slot on a collision, names
+    taken in sorted order. A pure function of the set of names, so a service keeps its slot from
+    sync to sync (only a new name sorting before it with the same hash can move it, which costs that
+    one service a rule rewrite)."""
     taken: set[int] = set()
     out: dict[str, int] = {}
-    for name in sorted(names):
+    for name in sorted(set(names)):
         slot = (zlib.crc32(name.encode()) >> 12) % SLOTS
         while slot in taken:
             slot = (slot + 1) % SLOTS

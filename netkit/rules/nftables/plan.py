@@ -24,7 +24,8 @@ No table yet (`committed` None): the transaction creates the whole table in one 
 Speed: a 10,000-service table holds ~130k elements; hashing them all took ~130 ms of Python per sync.
 When both Rulesets are compiled (they carry a `Parts` index, see ruleset.py) — the daemon's case,
 which plans against the Ruleset it committed last — `narrow` first finds the service ports whose
-Part differs (one identity or tuple comparison each) and the plan is computed over those parts only:
+Part differs (only those the Compiler names in `desired.since` when it planned against its previous
+result, else one identity or digest comparison per port) and the plan is computed over those parts only:
 their chains and own sets, the fixed chains, and of each shared set only the elements those parts
 contribute. That yields exactly the transaction of the full comparison (an element that must go or
 come belongs to a part that changed; a property test compares both), in a few milliseconds.
@@ -125,13 +126,24 @@ def narrow(committed: Ruleset, desired: Ruleset) -> tuple[Ruleset, Ruleset] | No
         return None
     before: list[Part] = []
     after: list[Part] = []
-    for label, part in old.ports.items():
-        other = new.ports.get(label)
-        if other is not part and other != part:
-            before.append(part)
-            if other is not None:
-                after.append(other)
-    after.extend(part for label, part in new.ports.items() if label not in old.ports)
+    since = desired.since
+    if since is not None and since.applies_to(committed):  # the Compiler says which ports can differ
+        for label in since.changed:
+            was, now = old.ports.get(label), new.ports.get(label)
+            if was is not None and now is not None and (was is now or was == now):
+                continue
+            if was is not None:
+                before.append(was)
+            if now is not None:
+                after.append(now)
+    else:
+        for label, part in old.ports.items():
+            other = new.ports.get(label)
+            if other is not part and other != part:
+                before.append(part)
+                if other is not None:
+                    after.append(other)
+        after.extend(part for label, part in new.ports.items() if label not in old.ports)
     touched: dict[str, set[Element]] = {s.name: set() for s in old.fixed.sets}
     for part in (*before, *after):
         for name, e in part.elements:

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from netkit.rules.backend import Since
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 FAMILIES = ("ip", "ip6")
@@ -162,13 +164,15 @@ class Parts:
         return rs.sets is self.sets and rs.chains is self.chains
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Ruleset:
     family: str  # "ip" or "ip6"
     table: str = "netkit"
     sets: tuple[NamedSet, ...] = ()
     chains: tuple[Chain, ...] = field(default=())
     parts: Parts | None = field(default=None, compare=False, hash=False, repr=False)
+    # From the Compiler: the labels of the ports whose Part can differ from its previous result.
+    since: Since[frozenset[str]] | None = field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
