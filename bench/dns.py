@@ -1,17 +1,22 @@
 """Cluster DNS benchmark: `netkit dns` against dnsmasq, same names, same load, same run.
 
 Both servers serve the same 1,000 service names on loopback (netkit from generated manifests, dnsmasq
-in the foreground from its own hosts file with `--local=/<zone>/`, so names it lacks are NXDOMAIN and
-nothing is forwarded anywhere). Each server is pinned to one core and dnsperf to another (taskset).
-Two loads:
+in the foreground from its own hosts file with `--local=/<zone>/`, so names it lacks are NXDOMAIN).
+Both forward `example.test` to the same *origin* (a third dnsmasq serving 1,000 names there from a
+hosts file, TTL 300). Each server is pinned to one core and dnsperf to another (taskset); netkit runs
+with its metrics endpoint on (counting every answer). Three loads:
 
   hits  A queries for the 1,000 service names (the cache-hit case)
   mix   half of them, half search-path misses (`<svc>.<ns>.svc.<zone>.<ns>.svc.<zone>`, NXDOMAIN),
         which is what pods with ndots:5 send
+  fwd   A queries for the 1,000 forwarded names, answered from each server's cache of the origin's
+        answers (netkit's `cache 30` against dnsmasq's cache)
 
 For each: queries per second (dnsperf) and CPU microseconds per query (the server's user+system time
-from /proc over the queries it answered), and netkit/dnsmasq ratios. Then the resident memory of
-`netkit dns` serving 10,000 services. Needs dnsperf and dnsmasq (Debian: dnsperf, dnsmasq-base).
+from /proc over the queries it answered), and netkit/dnsmasq ratios. Then, with 300 idle TCP
+connections held open to `netkit dns`, the latency of a new TCP client's query (connect, ask, answer),
+against the same with no idle connections; and the resident memory of `netkit dns` serving 10,000
+services. Needs dnsperf and dnsmasq (Debian: dnsperf, dnsmasq-base).
 
     .venv/bin/python bench/dns.py [--seconds 5] [--clients 4] [--loop auto|asyncio|uvloop]
 """
@@ -34,7 +39,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ZONE = "cluster.local"
-TARGETS = {"hits": 1.0, "mix": 0.5}
+TARGETS = {"hits": 1.0, "mix": 1.0, "fwd": 0.8}
+EXTERNAL = "example.test"
+TCP_IDLE = 300
+TCP_TARGET_MS = 100
 MEMORY_TARGET_MB = 200
 
 
@@ -47,6 +55,10 @@ class Result:
 
 def names(count: int) -> list[tuple[str, str]]:
     return [(f"svc-{i}.ns-{i % 20}.svc.{ZONE}", f"10.96.{i // 250}.{i % 250 + 1}") for i in range(count)]
+
+
+def external_names(count: int) -> list[tuple[str, str]]:
+    return [(f"ext-{i}.{EXTERNAL}", f"198.51.{i // 250}.{i % 250 + 1}") for i in range(count)]
 
 
 def write_manifests(path: Path, count: int) -> None:
@@ -68,11 +80,16 @@ def write_queries(path: Path, count: int, mix: bool) -> None:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, socket.socket() as t:
-        u.bind(("127.0.0.1", 0))
-        port: int = u.getsockname()[1]
-        t.bind(("127.0.0.1", port))
-        return port
+    """A loopback port free for both UDP and TCP at the time of asking."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, socket.socket() as t:
+            u.bind(("127.0.0.1", 0))
+            port: int = u.getsockname()[1]
+            try:
+                t.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def wait_ready(port: int, name: str, timeout: float = 60) -> None:
@@ -118,22 +135,33 @@ def measure(pid: int, port: int, queries: Path, args: argparse.Namespace) -> Res
     return Result(qps, used / max(done, 1) * 1e6, done)
 
 
-def start_netkit(manifests: Path, port: int, core: int, loop: str) -> subprocess.Popen[bytes]:
-    dead = free_port()  # upstream: nothing listens there, so nothing leaves loopback
+def start_netkit(manifests: Path, port: int, core: int, loop: str, upstream: int | None = None,
+                 ) -> subprocess.Popen[bytes]:
+    up = upstream or free_port()  # without an origin: nothing listens there, so nothing leaves loopback
     return subprocess.Popen(["taskset", "-c", str(core), sys.executable, "-m", "netkit", "dns",
                              "-f", str(manifests), "--listen", f"127.0.0.1:{port}",
-                             "--upstream", f"127.0.0.1:{dead}", "--upstream-timeout", "0.2",
-                             "--loop", loop], cwd=ROOT, stderr=subprocess.DEVNULL)
+                             "--upstream", f"127.0.0.1:{up}", "--upstream-timeout", "0.5",
+                             "--metrics-listen", f"127.0.0.1:{free_port()}", "--health-listen", "",
+                             "--ready-listen", "", "--loop", loop], cwd=ROOT, stderr=subprocess.DEVNULL)
 
 
-def start_dnsmasq(hosts: Path, port: int, core: int) -> subprocess.Popen[bytes]:
+def start_dnsmasq(hosts: Path, port: int, core: int, *extra: str) -> subprocess.Popen[bytes]:
     dnsmasq = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
     user = ["--user=root"] if os.geteuid() == 0 else []  # keep reading our 0700 work folder
     return subprocess.Popen(["taskset", "-c", str(core), dnsmasq, "--keep-in-foreground", "--conf-file=/dev/null",
                              f"--port={port}", "--listen-address=127.0.0.1", "--bind-interfaces",
                              "--no-resolv", "--no-hosts", f"--addn-hosts={hosts}", f"--local=/{ZONE}/",
-                             "--cache-size=10000", f"--pid-file={hosts.parent / 'dnsmasq.pid'}", *user],
-                            stderr=subprocess.DEVNULL)
+                             "--cache-size=10000", f"--pid-file={hosts.parent / f'dnsmasq-{port}.pid'}", *extra,
+                             *user], stderr=subprocess.DEVNULL)
+
+
+def start_origin(work: Path, count: int, core: int) -> tuple[subprocess.Popen[bytes], int]:
+    """The upstream both servers forward `example.test` to: dnsmasq answering from a hosts file."""
+    (work / "origin-hosts").write_text("".join(f"{ip} {name}\n" for name, ip in external_names(count)))
+    port = free_port()
+    proc = start_dnsmasq(work / "origin-hosts", port, core, f"--local=/{EXTERNAL}/", "--local-ttl=300")
+    wait_ready(port, external_names(1)[0][0])
+    return proc, port
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -148,21 +176,69 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def run_pair(work: Path, args: argparse.Namespace) -> dict[str, dict[str, Result]]:
     write_manifests(work / "services.yaml", args.services)
     (work / "hosts").write_text("".join(f"{ip} {name}\n" for name, ip in names(args.services)))
-    loads = {"hits": work / "hits.txt", "mix": work / "mix.txt"}
+    loads = {"hits": work / "hits.txt", "mix": work / "mix.txt", "fwd": work / "fwd.txt"}
     write_queries(loads["hits"], args.services, mix=False)
     write_queries(loads["mix"], args.services, mix=True)
+    loads["fwd"].write_text("".join(f"{name} A\n" for name, _ in external_names(args.services)))
     results: dict[str, dict[str, Result]] = {}
     first = names(1)[0][0]
-    for server in ("dnsmasq", "netkit"):
-        port = free_port()
-        proc = (start_dnsmasq(work / "hosts", port, args.server_core) if server == "dnsmasq"
-                else start_netkit(work / "services.yaml", port, args.server_core, args.loop))
-        try:
-            wait_ready(port, first)
-            results[server] = {load: measure(proc.pid, port, path, args) for load, path in loads.items()}
-        finally:
-            stop(proc)
+    origin, origin_port = start_origin(work, args.services, args.client_core)
+    try:
+        for server in ("dnsmasq", "netkit"):
+            port = free_port()
+            forward = f"--server=/{EXTERNAL}/127.0.0.1#{origin_port}"
+            proc = (start_dnsmasq(work / "hosts", port, args.server_core, forward) if server == "dnsmasq"
+                    else start_netkit(work / "services.yaml", port, args.server_core, args.loop, origin_port))
+            try:
+                wait_ready(port, first)
+                results[server] = {load: measure(proc.pid, port, path, args) for load, path in loads.items()}
+            finally:
+                stop(proc)
+    finally:
+        stop(origin)
     return results
+
+
+def tcp_query_ms(port: int, name: str) -> float:
+    """Connect, ask one A query over TCP, read the answer: milliseconds."""
+    wire = (b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+            + b"".join(bytes([len(x)]) + x.encode() for x in name.split(".")) + b"\x00\x00\x01\x00\x01")
+    started = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(len(wire).to_bytes(2, "big") + wire)
+        size = int.from_bytes(_exactly(s, 2), "big")
+        _exactly(s, size)
+    return (time.perf_counter() - started) * 1000
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed before the answer")
+        out += chunk
+    return out
+
+
+def tcp_with_idle(work: Path, args: argparse.Namespace) -> tuple[float, float, float]:
+    """(median ms with no idle connections, median ms and worst ms with TCP_IDLE idle ones held)."""
+    port = free_port()
+    proc = start_netkit(work / "services.yaml", port, args.server_core, args.loop)
+    name = names(1)[0][0]
+    try:
+        wait_ready(port, name)
+        quiet = statistics.median(tcp_query_ms(port, name) for _ in range(20))
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(TCP_IDLE)]
+        try:
+            time.sleep(0.5)  # accepted and held
+            held = [tcp_query_ms(port, name) for _ in range(20)]
+        finally:
+            for s in idle:
+                s.close()
+        return quiet, statistics.median(held), max(held)
+    finally:
+        stop(proc)
 
 
 def memory_at(work: Path, count: int, args: argparse.Namespace) -> float:
@@ -200,7 +276,7 @@ def main() -> int:
         work = Path(tmp)
         rounds = [run_pair(work, args) for _ in range(max(1, args.rounds))]
         print(f"{'load':6} {'server':8} {'qps':>10} {'µs/query':>9}   (medians of {len(rounds)} rounds)")
-        for load in ("hits", "mix"):
+        for load in ("hits", "mix", "fwd"):
             for server in ("dnsmasq", "netkit"):
                 qps = statistics.median(r[server][load].qps for r in rounds)
                 us = statistics.median(r[server][load].us_per_query for r in rounds)
@@ -213,6 +289,10 @@ def main() -> int:
             print(f"{load:6} {'ratio':8} {qps_ratio:9.2f}× {cpu_ratio:8.2f}×"
                   f"   (target qps ≥ {TARGETS[load]}× dnsmasq: "
                   f"{'met' if qps_ratio >= TARGETS[load] else 'NOT met'}; rounds: {each})")
+        quiet, held, worst = tcp_with_idle(work, args)
+        verdict = "met" if worst < TCP_TARGET_MS else "NOT met"
+        print(f"tcp: a new TCP query with {TCP_IDLE} idle connections held: median {held:.1f} ms, "
+              f"worst {worst:.1f} ms (none held: {quiet:.1f} ms; target < {TCP_TARGET_MS} ms: {verdict})")
         mb = memory_at(work, args.memory_services, args)
         print(f"memory: netkit dns at {args.memory_services} services: {mb:.0f} MB RSS "
               f"(target ≤ {MEMORY_TARGET_MB} MB: {'met' if mb <= MEMORY_TARGET_MB else 'NOT met'})")

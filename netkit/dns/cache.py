@@ -9,7 +9,8 @@ CoreDNS does; the TTL bytes are rewritten at most once per second per entry.
 
 Keys are the engine's: the query without its ID, with the question name lower-cased, so a hit is
 `id + head + question name as asked + tail` (the upstream echoes the question, and every later name
-that repeats it is a pointer to it). UDP and TCP answers are kept apart (a TCP answer may be larger
+that repeats it is a pointer to it); for UDP a second level keeps the exact query bytes, valid until
+the entry's next TTL tick. UDP and TCP answers are kept apart (a TCP answer may be larger
 than a UDP client can take). Memory is bounded twice: `capacity` entries (CoreDNS: 9,984 per type)
 and `max_bytes` of reply bytes; beyond either the oldest entries go, counted as evictions.
 """
@@ -103,6 +104,9 @@ class ForwardCache:
         self.capacity, self.max_bytes = capacity, max_bytes
         self.udp: dict[bytes, Entry] = {}
         self.tcp: dict[bytes, Entry] = {}
+        # UDP queries exactly as received (but the ID) → (reply but its ID, kind, valid until): a
+        # client repeating a question costs one lookup and one comparison until the next TTL tick.
+        self.udp_exact: dict[bytes, tuple[bytes, int, float]] = {}
         self.bytes = 0
         self.entries = {"success": 0, "denial": 0}
 
@@ -122,6 +126,11 @@ class ForwardCache:
                 tail[off:off + 4] = remaining
             e.age = age
         return e
+
+    def remember_exact(self, query_rest: bytes, e: Entry, reply_rest: bytes) -> None:
+        if len(self.udp_exact) >= self.capacity:
+            self.udp_exact.clear()
+        self.udp_exact[query_rest] = (reply_rest, e.kind, min(e.expires, e.stored + e.age + 1))
 
     def put(self, key: bytes, reply: bytes, name_end: int, tcp: bool, now: float, request_size: int,
             family: int, do: bool) -> bytes:
@@ -161,6 +170,7 @@ class ForwardCache:
     def clear(self) -> None:
         self.udp.clear()
         self.tcp.clear()
+        self.udp_exact.clear()
         self.bytes = 0
         self.entries = {"success": 0, "denial": 0}
 

@@ -50,7 +50,6 @@ from netkit.dns.upstream import (
 from netkit.dns.view import MAX_TTL as MAX_RECORD_TTL
 from netkit.dns.view import Options, PodMode, build
 from netkit.errors import NetkitError
-from netkit.sources.kube import add_api_options, settings_from_args
 from netkit.sources.store import Store
 
 REBUILD_INTERVAL = 0.2  # seconds between the starts of two view builds at most
@@ -63,7 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                    "Namespaces and Pods of the cluster (or of manifests), like CoreDNS.")
     p.add_argument("-f", "--filename", dest="files", action="append", default=[], metavar="PATH",
                    help="serve these manifest files or directories (repeatable) instead of the API")
-    add_api_options(p)
+    g = p.add_argument_group("Kubernetes API (without -f; default: in-cluster config)")
+    g.add_argument("--kubeconfig", metavar="FILE", default="", help="kubeconfig file")
+    g.add_argument("--master", metavar="URL", default="", help="API server URL (overrides the kubeconfig's)")
+    g.add_argument("--context", metavar="NAME", default="", help="kubeconfig context")
     p.add_argument("--listen", default="127.0.0.1:5353", metavar="IP:PORT",
                    help="address for both UDP and TCP (default 127.0.0.1:5353)")
     p.add_argument("--zone", default="cluster.local", help="cluster domain (default cluster.local)")
@@ -167,7 +169,7 @@ def _source(args: argparse.Namespace, options: Options, store: Store) -> Any:
     if args.files:
         from netkit.sources.files import FileSource
         return FileSource(args.files, store)
-    from netkit.sources.kube import KubeSource
+    from netkit.sources.kube import KubeSource, settings_from_args  # the kubernetes client: only when used
     return KubeSource(settings_from_args(args), store, pods=options.pods is PodMode.VERIFIED, dns=True)
 
 

@@ -177,7 +177,8 @@ class DnsServer:
         engine, cache = self.engine, self.cache
         recvfrom, sendto, get = sock.recvfrom, sock.sendto, engine.udp_cache.get
         exact_get, remember = engine.udp_exact.get, engine.remember_exact
-        forwarded, fwd_hit = cache.udp, cache.hit
+        forwarded, fwd_hit, fwd_exact, fwd_remember = cache.udp, cache.hit, cache.udp_exact, cache.remember_exact
+        fwd_exact_get = fwd_exact.get
         hits: list[int] = []
         count = hits.append
         started = now = time.monotonic()
@@ -191,20 +192,25 @@ class DnsServer:
                 continue
             # The fast path, inlined (see Engine.fast): the exact query seen before → one lookup;
             # else the case-folded question → one find, one lookup, one join (and remembered exactly);
-            # else an upstream answer still fresh in the cache.
+            # else an upstream answer still fresh in the cache (exactly as asked, then case-folded).
             exact = exact_get(data[2:])
             if exact is None:
-                end = data.find(0, 12)
-                if end > 12:
-                    key = data[2:12] + data[12:end].lower() + data[end:]
-                    hit = get(key)
-                    if hit is not None:
-                        exact = (hit[0] + data[12:end] + hit[1], hit[2])
-                        remember(data[2:], exact)
-                    elif forwarded:
-                        entry = fwd_hit(forwarded, key, now)
-                        if entry is not None:
-                            exact = (entry.head + data[12:end] + entry.tail, entry.kind)
+                fx = fwd_exact_get(data[2:]) if fwd_exact else None
+                if fx is not None and now < fx[2]:
+                    exact = fx[:2]
+                else:
+                    end = data.find(0, 12)
+                    if end > 12:
+                        key = data[2:12] + data[12:end].lower() + data[end:]
+                        hit = get(key)
+                        if hit is not None:
+                            exact = (hit[0] + data[12:end] + hit[1], hit[2])
+                            remember(data[2:], exact)
+                        elif forwarded:
+                            entry = fwd_hit(forwarded, key, now)
+                            if entry is not None:
+                                exact = (entry.head + data[12:end] + entry.tail, entry.kind)
+                                fwd_remember(data[2:], entry, exact[0])
             if exact is not None:
                 try:
                     sendto(data[:2] + exact[0], addr)

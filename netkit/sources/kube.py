@@ -126,6 +126,8 @@ async def connect(settings: ApiSettings) -> kclient.ApiClient:
     """An ApiClient for `settings`. Credentials and their refresh (service-account token re-read,
     client certificates, exec plugins) are the library's."""
     cfg = kclient.Configuration()
+    if settings.kubeconfig and not Path(settings.kubeconfig).is_file():
+        raise ApiConfigError(f"--kubeconfig {settings.kubeconfig}: no such file")
     try:
         if settings.kubeconfig:
             await kconfig.load_kube_config(config_file=settings.kubeconfig, context=settings.context or None,

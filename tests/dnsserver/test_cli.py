@@ -1,0 +1,57 @@
+"""`netkit dns` refuses bad options and busy ports with one line and exit status 2."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from netkit.dns.endpoints import parse_http_address
+from netkit.dns.upstream import Address, UpstreamError, parse_stub_domain
+from netkit.errors import NetkitError
+from tests.conftest import EXAMPLES, ROOT
+from tests.dnsserver.conftest import NO_HTTP, free_port
+
+
+def netkit_dns(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "netkit", "dns", "-f", str(EXAMPLES), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=30)
+
+
+def test_a_busy_port_is_one_line_and_exit_2() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        dns_busy = netkit_dns("--listen", f"127.0.0.1:{port}", *NO_HTTP)
+        metrics_busy = netkit_dns("--listen", f"127.0.0.1:{free_port()}", *NO_HTTP,
+                                  "--metrics-listen", f"127.0.0.1:{port}")
+    for proc, flag in ((dns_busy, "--listen"), (metrics_busy, "--metrics-listen")):
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"netkit: error: {flag} 127.0.0.1:")
+        assert "cannot listen" in lines[0]
+
+
+def test_bad_stub_domains_and_addresses_are_refused() -> None:
+    proc = netkit_dns("--stub-domain", "example.com", *NO_HTTP)
+    assert proc.returncode == 2 and proc.stderr.startswith("netkit: error: 'example.com': expected DOMAIN=")
+    assert parse_stub_domain("Corp.Example.com=10.0.0.5,10.0.0.6:5353") == (
+        ("corp", "example", "com"), [Address("10.0.0.5"), Address("10.0.0.6", 5353)])
+    with pytest.raises(UpstreamError):
+        parse_stub_domain("example.com=not-an-ip")
+    assert parse_http_address(":9153", "--metrics-listen") == (None, 9153)
+    assert parse_http_address("[::1]:8080", "--health-listen") == ("::1", 8080)
+    assert parse_http_address("", "--ready-listen") is None
+    with pytest.raises(NetkitError):
+        parse_http_address("localhost:80", "--ready-listen")
+
+
+def test_no_api_configuration_is_one_line(tmp_path: object) -> None:
+    proc = subprocess.run([sys.executable, "-m", "netkit", "dns", "--kubeconfig", "/nonexistent/kubeconfig",
+                           "--listen", f"127.0.0.1:{free_port()}", *NO_HTTP],
+                          cwd=ROOT, capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["netkit: error: --kubeconfig /nonexistent/kubeconfig: no such file"]
