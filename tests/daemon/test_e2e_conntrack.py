@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 import time
 from ipaddress import ip_address
+from pathlib import Path
 
 import pytest
 
 from netkit.model.conntrack import Frontends
 from netkit.runtime.conntrack import CleanupWorker, ConntrackCleaner, Reconciled
+
+from .conftest import eventually, run
+from .e2e import Running, config, options, start_daemon, stop_daemon, web_service, web_slice, with_ports
 
 CLIENT = "203.0.113.5"
 
@@ -107,3 +112,50 @@ def test_the_worker_cleans_off_the_callers_thread(ctns: str) -> None:
         worker.stop()
     assert [d.deleted for d in done] == [1]
     assert _flows(ctns) == set()
+
+
+class BlockingCleaner:
+    """Stands in for the netlink edge: every pass waits until released, recording what it checks."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.passes: list[Frontends] = []
+
+    def reconcile(self, work: Frontends) -> Reconciled:
+        self.passes.append(work)
+        self.release.wait(10)
+        return Reconciled(0, 0, 0.0)
+
+
+def test_a_sync_never_waits_for_the_conntrack_cleanup(netns: str, tmp_path: Path) -> None:
+    """While a cleanup pass hangs, the next change still reaches the kernel; the pass after it
+    checks the port with the endpoints of the latest sync."""
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+    dns = "default/dns:http/udp"
+
+    def write(ips: list[str]) -> None:
+        (manifests / "dns.yaml").write_text(web_service("10.96.0.53", "UDP", "dns", 53, 5353) + "---\n"
+                                            + web_slice(ips, "UDP", "dns", "dns-1", 5353))
+
+    async def scenario() -> None:
+        write(["10.244.1.11", "10.244.2.11"])
+        daemon, task = await start_daemon(options(netns, config(), files=(str(manifests),)))
+        assert daemon.conntrack is not None
+        cleaner = BlockingCleaner()
+        daemon.conntrack.cleaner = cleaner  # type: ignore[assignment]
+        r = Running(None, daemon, netns, None, "legacy", task)
+        try:
+            await r.converge(lambda s: s.get(dns) == with_ports(["10.244.1.11", "10.244.2.11"], 5353))
+            await eventually(lambda: len(cleaner.passes) == 1, what="the first cleanup pass (hanging)")
+            write(["10.244.3.11"])
+            await r.converge(lambda s: s.get(dns) == with_ports(["10.244.3.11"], 5353), what="a sync meanwhile")
+            assert len(cleaner.passes) == 1 and not daemon.conntrack.idle(), "the first pass still hangs"
+            cleaner.release.set()
+            await eventually(lambda: len(cleaner.passes) == 2, what="the next pass")
+            assert set(cleaner.passes[1].by_address.values()) == {frozenset({(ip_address("10.244.3.11"), 5353)})}
+        finally:
+            cleaner.release.set()
+            await stop_daemon(task)
+
+    run(scenario(), timeout=40)

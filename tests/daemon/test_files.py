@@ -323,3 +323,10 @@ def test_files_written_back_one_by_one_are_read_once_they_settle(tmp_path: Path)
         assert set(seen) == {frozenset({"web", "api", "db"})}, "never a partial set of Services"
 
     run(scenario())
+
+
+def test_run_takes_allow_empty() -> None:
+    from netkit.cli import parser
+
+    assert parser().parse_args(["run", "-f", "dir", "--allow-empty"]).allow_empty is True
+    assert parser().parse_args(["run", "-f", "dir"]).allow_empty is False
