@@ -78,17 +78,22 @@ def test_the_command_runs_serves_health_and_stops_on_sigterm(netns: str, tmp_pat
            "--cluster-cidr", "10.244.0.0/16", "--netns", netns, "--ip-family", "ipv4",
            "--iptables-backend", "legacy", "--min-sync-period", "0.1", "--sync-period", "3",
            "--healthz-bind-address", healthz, "--metrics-bind-address", metrics]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_file, text=True)
     kernel = IptablesKernel(IPFamily.IPV4, netns, "legacy")
     try:
         _wait(lambda: _synced(metrics), 20, "a completed sync")
+        # the first sync also removes other modes' leftovers after the metrics are updated
+        _wait(lambda: '"sync done"' in log_path.read_text(), 20, "the first sync's log line")
         assert summarize(kernel.dump()).get(WEB) == with_ports([A, B])
         with urllib.request.urlopen(f"http://{healthz}/healthz", timeout=2) as resp:
             assert resp.status == 200 and "lastUpdated" in json.loads(resp.read())
         with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=2) as resp:
             assert b"kubeproxy_sync_proxy_rules_last_timestamp_seconds" in resp.read()
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=10)
+        proc.wait(timeout=10)
+        err = log_path.read_text()
         assert proc.returncode == 0, err
         logs = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
         assert any(doc["msg"] == "sync done" for doc in logs), err
@@ -97,4 +102,4 @@ def test_the_command_runs_serves_health_and_stops_on_sigterm(netns: str, tmp_pat
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
