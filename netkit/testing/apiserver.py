@@ -48,6 +48,7 @@ from netkit.testing.apistore import (
     field_selector,
     label_selector,
 )
+from netkit.testing.patch import merge_patch, strategic_merge_patch
 
 _GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
@@ -250,6 +251,8 @@ class TestApiServer:
             return web.json_response(store.get(r, target.namespace, target.name))
         if verb == "delete":
             return web.json_response(store.delete(r, target.namespace, target.name))
+        if verb == "patch":
+            return web.json_response(store.update(await _patched(request, target, store)))
         body = await _body(request, target)
         if verb == "create":
             return web.json_response(store.create(body), status=201)
@@ -444,6 +447,8 @@ def _verb(method: str, target: _Target, query: Mapping[str, str]) -> str:
         return "create"
     if method == "PUT" and target.name:
         return "update"
+    if method == "PATCH" and target.name:
+        return "patch"
     if method == "DELETE" and target.name:
         return "delete"
     raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on this path")
@@ -468,6 +473,33 @@ async def _body(request: web.Request, target: _Target) -> JSON:
     return body
 
 
+PATCHES: dict[str, Callable[[Any, Any], Any]] = {
+    "application/merge-patch+json": merge_patch,
+    "application/strategic-merge-patch+json": strategic_merge_patch,
+}
+
+
+async def _patched(request: web.Request, target: _Target, store: Store) -> JSON:
+    """The object with a merge or strategic merge patch applied (what kubectl apply, label,
+    annotate and scale send); other patch types get 415."""
+    merge = PATCHES.get(request.content_type)
+    if merge is None:
+        raise ApiError(415, "UnsupportedMediaType", f"the test API server does not take {request.content_type} "
+                                                    f"patches (only {', '.join(PATCHES)})")
+    try:
+        patch = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "BadRequest", f"the body is not JSON: {exc}") from exc
+    current = store.get(target.resource, target.namespace, target.name)
+    result = merge(current, patch)
+    if not isinstance(result, dict):
+        raise ApiError(400, "BadRequest", "the patch must be a JSON object")
+    meta = result.setdefault("metadata", {})
+    meta.update(name=target.name, resourceVersion=current["metadata"]["resourceVersion"])
+    result["kind"] = target.resource.kind
+    return result
+
+
 def _event(change: Change) -> JSON:
     return {"type": change.type, "object": {"kind": change.resource.kind, **change.obj}}
 
@@ -488,7 +520,7 @@ def _group(name: str) -> JSON:
 def _resource_list(group_version: str, resources: list[Resource]) -> JSON:
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": [
         {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
-         "verbs": ["create", "delete", "get", "list", "update", "watch"], "shortNames": list(r.short_names)}
+         "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"], "shortNames": list(r.short_names)}
         for r in resources]}
 
 

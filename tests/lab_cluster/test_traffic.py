@@ -22,7 +22,9 @@ kind: Service
 metadata: {name: db}
 spec:
   selector: {app: db}
-  ports: [{name: pg, port: 5432, targetPort: 5432}]
+  ports:
+  - {name: pg, port: 5432, targetPort: 5432}
+  - {name: pg-udp, port: 5432, targetPort: 5432, protocol: UDP}
 """
 NODEPORT = """apiVersion: v1
 kind: Service
@@ -68,6 +70,7 @@ def test_a_pod_on_node_3_reaches_a_pod_on_node_1_by_dns_name(cluster: Record, db
     reply = eventually(lambda: in_pod(cluster, client, [sys.executable, "-c", code]).stdout.strip(),
                        what="a connection to db by name")
     assert reply == db
+    assert hit(cluster, client, ip, 5432, "udp").backend == db  # UDP through the Service too
     fqdn = in_pod(cluster, client, ["getent", "hosts", "kube-dns.kube-system.svc.cluster.local"]).stdout.split()
     assert fqdn[0] == "10.96.0.10"
 
@@ -81,6 +84,13 @@ def test_a_nodeport_answers_from_outside_on_every_node(cluster: Record, kubectl:
                            what=f"NodePort on {node.name}")
         assert reply
         assert answered_by(cluster, "outside", str(node.ip), node_port, count=10) <= web
+    # a second apply (a strategic merge patch): the port moves (and, matched by port number as the
+    # API server does, gets a new nodePort)
+    kubectl.apply(NODEPORT.replace("port: 80,", "port: 81,"))
+    ports = service(kubectl, "web-np")["spec"]["ports"]  # type: ignore[index]
+    assert [p["port"] for p in ports] == [81] and ports[0]["nodePort"]
+    ip = service(kubectl, "web-np")["spec"]["clusterIP"]  # type: ignore[index]
+    assert eventually(lambda: hit(cluster, "node-2", ip, 81).answered, what="the moved port")
 
 
 def test_etp_local_health_check_answers_200_only_where_an_endpoint_is(cluster: Record, db: str,

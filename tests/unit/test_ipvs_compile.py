@@ -158,3 +158,9 @@ def test_compile_json_is_structured(capsys: pytest.CaptureFixture[str]) -> None:
     assert "10.96.0.10,tcp:80" in next(s for s in doc["ipsets"] if s["name"] == "KUBE-CLUSTER-IP")["entries"]
     jumps = doc["iptables"]["tables"]["nat"]["PREROUTING"]
     assert jumps == ['-m comment --comment "kubernetes service portals" -j KUBE-SERVICES']
+
+
+def test_real_servers_come_in_the_kernel_dump_order() -> None:
+    """The compiler keeps the model's endpoint order; a dump sorts real servers: they must agree."""
+    r = compile(build(load([str(EXAMPLES)]).objects, "node-a"), CFG, V4)
+    assert all(vs.reals == tuple(sorted(vs.reals)) for vs in r.services)

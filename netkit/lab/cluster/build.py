@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from netkit.lab.build import create_namespaces, existing, list_lab_namespaces, remove, run_batches
+from netkit.lab.build import create_namespaces, existing, ip_batch, list_lab_namespaces, remove, run_batches
 from netkit.lab.cluster import wiring
 from netkit.lab.cluster.plan import CLUSTER_DOMAIN, DNS_SERVICE_IP, NETNS_PREFIX, Cluster, Kind, Pod
 from netkit.lab.nsenter import write_sysctls
@@ -50,6 +50,22 @@ def add_pods(cluster: Cluster, pods: Iterable[Pod]) -> None:
     write_resolv_confs(pods)
 
 
+def remove_pods(cluster: Cluster, pods: Iterable[Pod]) -> None:
+    """Unplug `pods` from their nodes, then delete their namespaces. The node-side veth is deleted
+    first and synchronously: a deleted namespace's interfaces go away later, on the kernel's own
+    time, and the pod's slot (and veth name) may be reused at once."""
+    pods = tuple(pods)
+    unplug: dict[str, list[str]] = {}
+    for pod in pods:
+        unplug.setdefault(cluster.node(pod.node).netns, []).append(f"link del {pod.veth}")
+    for ns, lines in unplug.items():
+        proc = ip_batch(lines, ns, force=True)
+        assert proc.stderr is not None
+        proc.stderr.read()
+        proc.wait()
+    remove_namespaces(p.netns for p in pods)
+
+
 def write_resolv_confs(pods: Iterable[Pod]) -> None:
     for pod in pods:
         if pod.kind == Kind.DNS:
@@ -77,4 +93,4 @@ def leftovers(cluster_id: str = "") -> list[str]:
     return sorted(n for n in names if ours.match(n))
 
 
-__all__ = ["add_pods", "build", "existing", "leftovers", "remove_namespaces", "write_resolv_confs"]
+__all__ = ["add_pods", "build", "existing", "leftovers", "remove_namespaces", "remove_pods", "write_resolv_confs"]

@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from netkit.lab.cluster import lifecycle, nodehttp, state
 from netkit.lab.cluster.api import Api
@@ -22,11 +22,26 @@ from netkit.lab.errors import LabError
 MODES = ("iptables", "nftables", "ipvs")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments are one line, `netkit: error: lab cluster up: argument --nodes: ...`, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        prog = self.prog.removeprefix("netkit ").strip()
+        self.exit(2, f"netkit: error: {prog}: {message} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     cluster = verbs.add_parser("cluster", help="a multi-node cluster: kubectl, netkit run on every node, DNS",
                                description="N nodes in network namespaces, the test API server, netkit run "
                                            "on every node and netkit dns (see docs/lab.md).")
-    sub = cluster.add_subparsers(dest="cluster_command", metavar="VERB")
+    cluster.error = OneLineParser.error.__get__(cluster)
+    sub = cluster.add_subparsers(dest="cluster_command", metavar="VERB", parser_class=OneLineParser)
     sub.required = True
     which = argparse.ArgumentParser(add_help=False)
     which.add_argument("--cluster", "-c", metavar="ID", default="", help="cluster id (default: the only one)")
@@ -36,7 +51,8 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     up.add_argument("--mode", choices=MODES, default="iptables", help="netkit run's mode (default iptables)")
     up.add_argument("--pods-per-node", type=count(0, 50), default=2,
                     help=f"pods of the {APP_DEPLOY!r} deployment per node (default 2)")
-    up.add_argument("--timeout", type=float, default=30.0, help=argparse.SUPPRESS)
+    up.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds to wait for every node's first sync (default 60)")
     up.add_argument("-o", "--output", choices=("text", "json"), default="text")
     up.set_defaults(func=cmd_up)
 

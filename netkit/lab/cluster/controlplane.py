@@ -8,12 +8,11 @@ loop with:
   socket made there: no forwarder, nothing routed into the machine);
 - the lab's Node objects, its Pods and the kube-dns Service;
 - the kubelet part: a Pod with the lab's netns annotation is served (`echo`: the answering servers;
-  `dns`: `netkit dns` in the pod's namespace) and marked Ready once it answers; a deleted Pod stops;
+  `dns`: `netkit dns` in the pod's namespace, reading the API) and marked Ready once it answers
+  (the DNS pods' /ready, as kubelet's readiness probe); a deleted Pod stops;
 - the EndpointSlice controller (`controller`), run after every Service or Pod change;
 - on every node `netkit run` as `deploy/` runs it (`deploy`), restarted when it exits, like a
   DaemonSet's pod;
-- until `netkit dns` reads the API itself, a mirror of Services and EndpointSlices into a file it
-  follows.
 
 It prints `ready` on stdout once every daemon has synced and every DNS pod answers (or
 `error: <why>` and exits 1), writes `status.json` (process ids, restarts) as things change, and on
@@ -39,12 +38,13 @@ from aiohttp import web
 from netkit.lab.cluster import controller, deploy, nodehttp, objects, state
 from netkit.lab.cluster.echo import EchoPod
 from netkit.lab.cluster.plan import API_PORT, OUTSIDE_IP, POD_CIDR, PORTS, Cluster, Kind
-from netkit.netns import in_netns, socket_in
+from netkit.netns import in_netns
 from netkit.testing.apiserver import TestApiServer
 from netkit.testing.apistore import Change, resource_for_kind
 
 JSON = dict[str, Any]
 READY = "ready"
+NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 PODS, SERVICES, SLICES = (resource_for_kind(k) for k in ("Pod", "Service", "EndpointSlice"))
 
 
@@ -56,9 +56,16 @@ def netkit_argv() -> list[str]:
     return [sys.executable, "-m", "netkit"]
 
 
+DNS_READY_PORT = 8181  # CoreDNS's readiness endpoint (/ready), probed as kubelet would
+
+
 def dns_argv(cluster_dir: Path) -> list[str]:
-    return [*netkit_argv(), "dns", "-f", str(cluster_dir / "dns" / "objects"), "--listen", "0.0.0.0:53",
-            "--upstream", f"{OUTSIDE_IP}:53", "--upstream-timeout", "0.5"]
+    """`netkit dns` as the cluster DNS, with the API as its source (the pod's own kubeconfig: the API
+    is 127.0.0.1:6443 in its namespace) and an upstream that never answers: names outside the
+    cluster fail at once instead of leaving the lab."""
+    return [*netkit_argv(), "dns", "--kubeconfig", str(cluster_dir / "dns" / deploy.KUBECONFIG_FILE),
+            "--listen", "0.0.0.0:53", "--upstream", f"{OUTSIDE_IP}:53", "--upstream-timeout", "0.5",
+            "--ready-listen", f":{DNS_READY_PORT}"]
 
 
 def api_listener(netns: str) -> socket.socket:
@@ -154,7 +161,6 @@ class ControlPlane:
         self.seed()
         self.store.listeners.append(self.on_change)
         self.reconcile()
-        self.mirror()
         for pod in self.store.select(PODS, ""):
             await self.pod_changed("ADDED", pod)
         for node in self.cluster.nodes:
@@ -171,11 +177,11 @@ class ControlPlane:
             d = state.node_dir(cid, node.name)
             d.mkdir(parents=True, exist_ok=True)
             write_json(d / deploy.KUBECONFIG_FILE, objects.kubeconfig(f"http://127.0.0.1:{API_PORT}"))
-        dns = self.dir / "dns"
-        (dns / "objects").mkdir(parents=True, exist_ok=True)
-        write_json(dns / deploy.KUBECONFIG_FILE, objects.kubeconfig(f"http://127.0.0.1:{API_PORT}"))
+        write_json(self.dir / "dns" / deploy.KUBECONFIG_FILE, objects.kubeconfig(f"http://127.0.0.1:{API_PORT}"))
 
     def seed(self) -> None:
+        for name in NAMESPACES:
+            self.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         for node in self.cluster.nodes:
             self.store.create(objects.node_object(node, node.name in self.cluster.cordoned))
         self.store.create(objects.dns_service())
@@ -201,8 +207,6 @@ class ControlPlane:
         if kind in ("Service", "Pod"):
             self.trigger = self.trigger or now_rfc3339()
             self.later("reconcile")
-        if kind in ("Service", "EndpointSlice"):
-            self.later("mirror")
         if kind == "Pod":
             asyncio.ensure_future(self.pod_changed(change.type, change.obj))
 
@@ -215,8 +219,6 @@ class ControlPlane:
         pending, self.pending = self.pending, set()
         if "reconcile" in pending:
             self.reconcile()
-        if "mirror" in pending:
-            self.mirror()
 
     def reconcile(self) -> None:
         trigger, self.trigger = self.trigger or now_rfc3339(), ""
@@ -228,14 +230,6 @@ class ControlPlane:
             self.store.update(obj)
         for ns, name in delete:
             self.store.delete(SLICES, ns, name)
-
-    def mirror(self) -> None:
-        """Services and EndpointSlices as one List file, replaced atomically, for `netkit dns -f`."""
-        items = [{"kind": r.kind, **o} for r in (SERVICES, SLICES) for o in self.store.select(r, "")]
-        target = self.dir / "dns" / "objects" / "cluster.json"
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
-        tmp.replace(target)
 
     # --- the kubelet part --------------------------------------------------------------------------
 
@@ -259,7 +253,7 @@ class ControlPlane:
             sup = Supervised(name, netns, dns_argv(self.dir), self.logs / f"dns-{name}.log", self.write_status)
             self.dns[name] = sup
             sup.start()
-            asyncio.ensure_future(self.mark_ready_when(name, pod, lambda: answers_tcp(netns, 53)))
+            asyncio.ensure_future(self.mark_ready_when(name, pod, lambda: dns_ready(netns)))
             return
         echo = EchoPod(name, netns, PORTS)
         self.echo[name] = echo
@@ -350,12 +344,9 @@ def write_json(path: Path, doc: Any) -> None:
     tmp.replace(path)
 
 
-def answers_tcp(netns: str, port: int) -> bool:
+def dns_ready(netns: str) -> bool:
     try:
-        with socket_in(netns, socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.settimeout(0.5)
-            sock.connect(("127.0.0.1", port))
-        return True
+        return nodehttp.get(netns, "127.0.0.1", DNS_READY_PORT, "/ready", timeout=0.5).status == 200
     except OSError:
         return False
 

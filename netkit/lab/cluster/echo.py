@@ -13,6 +13,7 @@ import asyncio
 import socket
 from collections.abc import Sequence
 from functools import partial
+from typing import cast
 
 from netkit.lab.servers import answer, bind
 from netkit.netns import in_netns
@@ -24,8 +25,7 @@ class UdpEcho(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.DatagramTransport)
-        self.transport = transport
+        self.transport = cast(asyncio.DatagramTransport, transport)  # the selector's: no subclass
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         if self.transport is not None:

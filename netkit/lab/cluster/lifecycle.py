@@ -58,7 +58,7 @@ def new_id() -> str:
 
 # --- up / down -------------------------------------------------------------------------------------
 
-def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 30.0) -> state.Record:
+def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0) -> state.Record:
     need_root()
     need_tools(mode)
     try:
@@ -71,6 +71,9 @@ def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 30.0) -> s
         try:
             build.build(cluster)
             start_control_plane(cid, timeout)
+        except LabError as exc:
+            down(cid)
+            raise LabError(f"cluster {cid} could not be built and was removed: {exc}") from exc
         except BaseException:
             down(cid)
             raise
@@ -255,7 +258,7 @@ def remove(record: state.Record, pods: tuple[Pod, ...], grace_timeout: float) ->
         api.delete("pods", pod.namespace, pod.name)
     status = state.cluster_dir(record.cluster_id) / "status.json"
     wait_for(lambda: not any(p.name in read_echo(status) for p in pods), 5.0, "pods to stop")
-    build.remove_namespaces(p.netns for p in pods)
+    build.remove_pods(record.cluster, pods)
     record = record.with_cluster(plan.without(record.cluster, pods))
     state.save(record)
     return record

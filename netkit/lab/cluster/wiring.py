@@ -38,11 +38,17 @@ def link_batches(cluster: Cluster) -> Batches:
     return batches
 
 
+def pod_mac(pod: Pod) -> str:
+    """0a:58 and the IP, as the bridge CNI plugin does: a pod that gets a removed pod's address also
+    gets its MAC, so no neighbour cache on the node or its pods points at a MAC that is gone."""
+    return "0a:58:" + ":".join(f"{b:02x}" for b in pod.ip.packed)
+
+
 def pod_node_side(pod: Pod) -> list[str]:
     """On the pod's node: its veth on the pod bridge, hairpin on (a pod reaching itself through its
     Service), and up."""
     return [
-        f"link add {pod.veth} type veth peer name eth0 netns {pod.netns}",
+        f"link add {pod.veth} type veth peer name eth0 address {pod_mac(pod)} netns {pod.netns}",
         f"link set {pod.veth} master cbr0",
         f"link set {pod.veth} type bridge_slave hairpin on",
         f"link set {pod.veth} up",

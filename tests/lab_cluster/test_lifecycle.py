@@ -1,0 +1,101 @@
+"""A cluster's life: `up` and `down` through the real command leave nothing behind (namespaces,
+processes, /run records, /etc/netns); neither does `down` after the control plane was killed; bad
+input is one line and exit 2; a cluster that cannot be built is removed before the error shows."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from netkit.lab.cluster import build, lifecycle, state
+from tests.conftest import need_root_and
+
+pytestmark = pytest.mark.netns
+
+
+def netkit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "netkit", "lab", "cluster", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def leftovers(cid: str) -> dict[str, object]:
+    marker = str(state.cluster_dir(cid))
+    return {"namespaces": build.leftovers(cid), "processes": lifecycle.processes(marker),
+            "record": state.cluster_dir(cid).exists(),
+            "etc": sorted(p.name for p in Path("/etc/netns").glob(f"nkc{cid}-*"))}
+
+
+NOTHING = {"namespaces": [], "processes": [], "record": False, "etc": []}
+
+
+def test_up_and_down_through_the_command_leave_nothing() -> None:
+    need_root_and("ip", "iptables-restore")
+    started = time.monotonic()
+    up = netkit("up", "--nodes", "3", "-o", "json")
+    assert up.returncode == 0, up.stderr
+    cid = json.loads(up.stdout)["id"]
+    try:
+        seconds_up = time.monotonic() - started
+        status = json.loads(netkit("status", "--cluster", cid, "-o", "json").stdout)[0]
+        assert status["state"] == "up" and len(status["nodes"]) == 3
+        assert all(n["daemon_pid"] and n["last_sync_ago"] is not None for n in status["nodes"])
+        assert {s["name"] for s in status["services"]} == {"kube-system/kube-dns"}
+        assert len(leftovers(cid)["namespaces"]) == 1 + 3 + 8  # switch, nodes, 6 web + 2 DNS pods
+        kubeconfig = netkit("kubeconfig", "--cluster", cid).stdout.strip()
+        assert kubeconfig == str(state.kubeconfig_path(cid)) and Path(kubeconfig).exists()
+        started = time.monotonic()
+    finally:
+        down = netkit("down", cid)
+    assert down.returncode == 0 and down.stdout.strip() == f"cluster {cid} removed", down.stderr
+    print(f"3-node cluster: up {seconds_up:.1f} s, down {time.monotonic() - started:.1f} s")
+    assert leftovers(cid) == NOTHING
+
+
+def test_down_after_a_crash_leaves_nothing() -> None:
+    need_root_and("ip", "iptables-restore")
+    record = lifecycle.up(2, "nftables", 1)
+    cid = record.cluster_id
+    try:
+        for args, says in [(("exec", "-c", cid, "nope", "--", "true"), "no pod or node 'nope'"),
+                           (("drain", "-c", cid, "node-9"), "no node 'node-9'"),
+                           (("scale", "-c", cid, "nope", "2"), "no deployment 'nope'"),
+                           (("trace", "-c", cid, "nope", "--to", "10.96.0.10:53/udp"), "no pod or node 'nope'")]:
+            bad = netkit(*args)
+            assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and says in bad.stderr, bad.stderr
+        assert len(leftovers(cid)["processes"]) == 1 + 2 + 2  # control plane, 2 daemons, 2 DNS pods
+        os.kill(record.control_pid, signal.SIGKILL)  # its daemons and DNS servers are orphaned
+        time.sleep(0.2)
+        assert json.loads(netkit("status", "-c", cid, "-o", "json").stdout)[0]["state"].startswith("DOWN")
+        assert leftovers(cid)["processes"]
+    finally:
+        assert netkit("down", cid).returncode == 0
+    assert leftovers(cid) == NOTHING
+
+
+@pytest.mark.parametrize("args", [
+    ("up", "--nodes", "0"), ("up", "--mode", "userspace"), ("up", "--frobnicate"), ("scale", "web"),
+    ("down", "zzzzzz"), ("status", "--cluster", "zzzzzz"), ("frob",),
+])
+def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...]) -> None:
+    bad = netkit(*args)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("netkit: error: ") and bad.stderr.count("\n") == 1, bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_a_cluster_that_cannot_be_built_is_removed_before_the_error() -> None:
+    need_root_and("ip", "ipvsadm")
+    if Path("/proc/net/ip_vs").exists():
+        pytest.skip("this kernel has IPVS: the ipvs cluster would build")
+    failed = netkit("up", "--nodes", "2", "--mode", "ipvs", timeout=90)
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
+    assert "could not be built and was removed" in failed.stderr and "ipvs" in failed.stderr
+    cid = failed.stderr.split("cluster ", 1)[1].split()[0]
+    assert leftovers(cid) == NOTHING
