@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -51,7 +51,7 @@ from netkit.runtime.health import (
     proxy_health_app,
     service_health,
 )
-from netkit.runtime.metrics import Metrics, rule_counts
+from netkit.runtime.metrics import Metrics, count_rules, plan_rules
 from netkit.runtime.runner import Runner
 from netkit.runtime.syncer import SyncEngine, Syncer, SyncResult
 from netkit.sources.store import Change, Store
@@ -96,8 +96,11 @@ class Daemon:
         self.metrics = Metrics(cfg.mode, options.families)
         self.health = ProxyHealth(2 * cfg.sync_period, options.families, counts=self.metrics.count_probe)
 
+        self._plans = _PlanRecorder(backend)  # the plans each sync made (iptables rule metrics)
+        recording = cast(Backend[R, P], self._plans)
+
         def make_syncer(config: Config) -> SyncEngine:  # again once the Node's podCIDRs are known
-            return Syncer(config, backend, self.options.families, netns=self.options.netns)
+            return Syncer(config, recording, self.options.families, netns=self.options.netns)
 
         self._make_syncer = make_syncer
         self.syncer = make_syncer(cfg)
@@ -111,6 +114,7 @@ class Daemon:
         self._syncing = False
         self._trigger_times: list[float] = []
         self._pending: dict[str, set[Any]] = {"Service": set(), "EndpointSlice": set()}
+        self._rule_totals: dict[IPFamily, dict[str, int]] = {}
         self._node_seen = False
         self._node_changed = asyncio.Event()
         self._http_tasks: list[asyncio.Task[None]] = []
@@ -346,7 +350,7 @@ class Daemon:
         for v in self._pending.values():
             v.clear()
         self._set_pending()
-        before = dict(self.syncer.committed)
+        self._plans.plans = []
         result = await asyncio.to_thread(self.syncer.sync, state, full=full)
         self.last_result = result
         self._observe(result, pending)
@@ -357,7 +361,7 @@ class Daemon:
                 self._pending[k] |= v
             self._set_pending()
             return False
-        self._observe_rules(before, state)
+        self._observe_rules(result, state)
         if self.conntrack is not None:
             # checked against the kernel, not against memory: after a start every UDP port is checked
             self.conntrack.submit(frontends(ports_to_check(self.state, state)))
@@ -395,12 +399,18 @@ class Daemon:
             for c in m.each_family("kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total", fams):
                 c.inc()
 
-    def _observe_rules(self, before: dict[IPFamily, Any], state: NodeState) -> None:
+    def _observe_rules(self, result: SyncResult, state: NodeState) -> None:
         self.metrics.no_local_endpoints(state)
+        plans, self._plans.plans = self._plans.plans, []
         if self.options.config.mode != "iptables":
             return
-        for f in self.options.families:
-            total, last = rule_counts(before.get(f), self.syncer.committed.get(f))
+        for base, plan in plans:
+            f = plan.family
+            if result.full or f not in self._rule_totals:  # a full count on full syncs, else by the plan
+                total, last = count_rules(self.syncer.committed.get(f)), plan_rules(plan, base, {})[1]
+            else:
+                total, last = plan_rules(plan, base, self._rule_totals[f])
+            self._rule_totals[f] = total
             self.metrics.iptables_rules(f, total, last)
 
     def _cleaned(self, result: Reconciled) -> None:
@@ -462,3 +472,19 @@ def _trigger_time(obj: Any) -> float | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+class _PlanRecorder:
+    """The backend as the syncer sees it, keeping each (base, plan) it plans (read after a sync)."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+        self.plans: list[tuple[Any, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def plan(self, committed: Any, desired: Any) -> Any:
+        plan = self._backend.plan(committed, desired)
+        self.plans.append((committed, plan))
+        return plan

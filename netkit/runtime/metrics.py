@@ -163,8 +163,9 @@ class Metrics:
         self.m[f"kubeproxy_proxy_{endpoint}_total"].labels(str(code)).inc()
 
     def no_local_endpoints(self, state: NodeState) -> None:
+        counts = no_local_endpoints_by_family(state)
         for f in self.families:
-            internal, external = no_local_endpoints(state, f)
+            internal, external = counts.get(f, (0, 0))
             g = self.m["kubeproxy_sync_proxy_rules_no_local_endpoints_total"]
             g.labels(FAMILY_LABEL[f], "internal").set(internal)
             g.labels(FAMILY_LABEL[f], "external").set(external)
@@ -194,31 +195,39 @@ def _make(spec: MetricSpec, r: CollectorRegistry) -> Any:
 def no_local_endpoints(state: NodeState, family: IPFamily) -> tuple[int, int]:
     """kube-proxy's count of service ports with endpoints somewhere but none on this node for a Local
     internal (resp. external) traffic policy (pure)."""
-    internal = external = 0
+    return no_local_endpoints_by_family(state).get(family, (0, 0))
+
+
+def no_local_endpoints_by_family(state: NodeState) -> dict[IPFamily, tuple[int, int]]:
+    counts: dict[IPFamily, list[int]] = {}
     for p in state.ports:
-        if p.family is not family or not p.has_endpoints:
+        if not p.has_endpoints or p.local_endpoints:
             continue
-        local = any(e.ready for e in p.local_endpoints) if p.local_endpoints else False
-        if p.internal_policy_local and not local:
-            internal += 1
-        if p.external_policy_local and p.externally_accessible and not local:
-            external += 1
-    return internal, external
+        c = counts.setdefault(p.family, [0, 0])
+        if p.internal_policy_local:
+            c[0] += 1
+        if p.external_policy_local and p.externally_accessible:
+            c[1] += 1
+    return {f: (c[0], c[1]) for f, c in counts.items()}
 
 
-def rule_counts(before: Any, after: Any) -> tuple[dict[str, int], dict[str, int]]:
-    """For an iptables Ruleset: rules per table, and rules in the chains that changed since `before`
-    (what the last sync wrote). Chains equal to the committed ones share their tuples, so most
-    comparisons are identity checks."""
-    tables = getattr(after, "tables", None)
-    if tables is None:
-        return {}, {}
-    old_tables = getattr(before, "tables", {}) if before is not None else {}
-    total: dict[str, int] = {}
+def count_rules(ruleset: Any) -> dict[str, int]:
+    """Rules per table of an iptables Ruleset (a full count: done on full syncs)."""
+    return {table: sum(len(rules) for rules in chains.values())
+            for table, chains in (getattr(ruleset, "tables", None) or {}).items()}
+
+
+def plan_rules(plan: Any, before: Any, total: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(rules per table after a partial sync, rules written by it) from its iptables Plan and the
+    ruleset it was planned against: only the chains the plan touches are looked at."""
+    old_tables = getattr(before, "tables", None) or {}
+    new_total = dict(total)
     last: dict[str, int] = {}
-    for table, chains in tables.items():
+    for table, chains in (getattr(plan, "write", None) or {}).items():
         old = old_tables.get(table, {})
-        total[table] = sum(len(rules) for rules in chains.values())
-        last[table] = sum(len(rules) for chain, rules in chains.items()
-                          if (prev := old.get(chain)) is not rules and prev != rules)
-    return total, last
+        last[table] = sum(len(rules) for rules in chains.values())
+        new_total[table] = new_total.get(table, 0) + last[table] - sum(len(old.get(c, ())) for c in chains)
+    for table, names in (getattr(plan, "delete", None) or {}).items():
+        old = old_tables.get(table, {})
+        new_total[table] = new_total.get(table, 0) - sum(len(old.get(c, ())) for c in names)
+    return new_total, last

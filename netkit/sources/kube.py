@@ -10,7 +10,7 @@ Theory of operation. `KubeSource.run()` connects (`connect`: in-cluster config w
 | EndpointSlices  | label `!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless` |
 | v1 Endpoints    | the same, and only when the cluster serves no EndpointSlices               |
 | this Node       | field `metadata.name=<node>` (its labels carry the topology zone)          |
-| Pods (optional) | none (for cluster DNS pod records)                                         |
+| Pods (optional) | none (verified DNS pod records only; never for `netkit run`)               |
 
 `netkit dns` (`dns=True`) watches like CoreDNS's `kubernetes` plugin instead: every Service and every
 EndpointSlice (no selectors: headless services and services of other proxies need names too), the

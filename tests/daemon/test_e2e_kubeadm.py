@@ -131,6 +131,12 @@ def test_kubeadms_configmap_verbatim_runs_the_daemon(netns: str, tmp_path: Path)
                 elapsed = loop.time() - start
                 syncs = metric(get(f"http://{metrics}/metrics")[1], SYNCS) - 1
                 assert 1 <= syncs <= int(elapsed) + 2, (syncs, elapsed)
+                page = get(f"http://{metrics}/metrics")[1]
+                live = await asyncio.to_thread(kernel.dump)  # after partial syncs: counted from their plans
+                for table in ("nat", "filter"):
+                    rules = sum(len(r) for r in live.chains(table).values())
+                    assert metric(page, 'kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv4",'
+                                        f'table="{table}"}}') == rules, table
                 status, body = get(f"http://{healthz}/healthz")
                 doc = json.loads(body)
                 assert status == 200 and doc["nodeEligible"] is True and doc["healthy"] is True

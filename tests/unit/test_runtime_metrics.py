@@ -8,7 +8,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netkit.model import IPFamily, build
-from netkit.runtime.metrics import KUBE_PROXY_METRICS, PROGRAMMING_BUCKETS, Metrics, no_local_endpoints, rule_counts
+from netkit.runtime.metrics import (
+    KUBE_PROXY_METRICS,
+    PROGRAMMING_BUCKETS,
+    Metrics,
+    count_rules,
+    no_local_endpoints,
+    plan_rules,
+)
 from tests.factories import endpoint, node, objects, service, slice_
 
 # kube-proxy's metrics as its reference documentation lists them: name → (type, labels).
@@ -124,8 +131,15 @@ def test_rule_counts_per_table_and_written() -> None:
     class RS:
         def __init__(self, tables: dict[str, dict[str, tuple[str, ...]]]) -> None:
             self.tables = tables
-    shared = ("-j A", "-j B")
-    before = RS({"nat": {"KUBE-SERVICES": shared, "KUBE-SVC-X": ("-j C",)}})
-    after = RS({"nat": {"KUBE-SERVICES": shared, "KUBE-SVC-X": ("-j D", "-j E")}, "filter": {"KUBE-FW": ("-j F",)}})
-    assert rule_counts(before, after) == ({"nat": 4, "filter": 1}, {"nat": 2, "filter": 1})
-    assert rule_counts(None, after)[1] == {"nat": 4, "filter": 1}
+
+    class Plan:
+        write = {"nat": {"KUBE-SVC-X": ("-j D", "-j E")}, "filter": {"KUBE-FW": ("-j F",)}}
+        delete = {"nat": ("KUBE-SEP-OLD",)}
+
+    before = RS({"nat": {"KUBE-SERVICES": ("-j A", "-j B"), "KUBE-SVC-X": ("-j C",), "KUBE-SEP-OLD": ("-j G",)}})
+    after = RS({"nat": {"KUBE-SERVICES": ("-j A", "-j B"), "KUBE-SVC-X": ("-j D", "-j E")},
+                "filter": {"KUBE-FW": ("-j F",)}})
+    assert count_rules(before) == {"nat": 4}
+    total, last = plan_rules(Plan(), before, count_rules(before))
+    assert total == count_rules(after) == {"nat": 4, "filter": 1}
+    assert last == {"nat": 2, "filter": 1}
