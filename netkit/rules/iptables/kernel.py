@@ -6,9 +6,15 @@ One `IptablesKernel` per (family, backend, network namespace). Constructing it d
   (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY, or our own KUBE-PROXY-CANARY) in mangle decides, else the
   backend holding more rules, else nft (Debian's default). The two backends cannot see each other's
   rules, so writing into the wrong one leaves traffic to the invisible one (kubernetes#71305).
-- `apply(plan)` sends one restore batch: the kernel takes it whole or not at all, so a refused
-  payload leaves the previous rules in place. Only then are missing entry jumps inserted, each
-  checked first with `-C` so none is ever duplicated.
+- `apply(plan)` writes the plan as one restore per table commit, in the order of commits.py (no
+  packet ever meets a state that is neither the old nor the new ruleset for its Service); with more
+  than one commit, all of them are first checked with `iptables-restore --test`, so a payload the
+  tool refuses changes nothing. Each restore is taken whole or not at all. Only then are missing
+  entry jumps inserted, each checked first with `-C` so none is ever duplicated. iptables-nft gets
+  big plans' new chains in batches first (plan.batches): unreferenced, so invisible to traffic.
+- `stop`, when set, is asked between commits: if it says so, `apply` raises ApplyInterrupted at
+  that safe point, saying what is written (the CLI sets it on SIGINT). The tools run in their own
+  process group, so a Ctrl-C at the terminal never kills one half-way.
 - `cleanup()` removes netkit's jumps from the built-in chains and every netkit chain, nothing else.
 """
 
@@ -23,6 +29,7 @@ from functools import cached_property
 from netkit.errors import KernelError
 from netkit.model import IPFamily
 from netkit.netns import run, wrap
+from netkit.rules.iptables.commits import commits
 from netkit.rules.iptables.names import is_owned
 from netkit.rules.iptables.plan import Plan, batches, render_plan, render_plan_lines
 from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse_lines
@@ -33,12 +40,21 @@ BACKENDS = ("auto", "legacy", "nft")
 _HINT_CHAINS = ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY", "KUBE-PROXY-CANARY")
 
 
+class ApplyInterrupted(Exception):
+    """`stop` said so between two commits; `state` says what the kernel holds for traffic."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state
+
+
 @dataclass
 class IptablesKernel:
     family: IPFamily
     netns: str | None = None
     backend: str = "auto"
     wait_seconds: int = 5  # xtables lock wait, as kube-proxy
+    stop: Callable[[], bool] | None = None  # asked between commits (see the module docstring)
 
     @cached_property
     def resolved_backend(self) -> str:
@@ -72,21 +88,54 @@ class IptablesKernel:
                 raise KernelError(f"{self.tool('save')} -t {table} failed", stderr=err)
 
     def apply(self, plan: Plan) -> None:
-        # iptables-nft's --noflush restore is quadratic in the chains of one batch: write big plans
-        # in batches (see plan.batches); legacy swaps the whole table per restore, so one batch.
+        # iptables-nft's --noflush restore is quadratic in the chains of one batch: write big plans'
+        # new chains in batches first (see plan.batches); legacy swaps the whole table per restore.
         parts = batches(plan, NFT_BATCH_CHAINS) if self.resolved_backend == "nft" else [plan]
-        for part in parts:
-            if not part.empty:
+        early, steps = [p for p in parts[:-1] if not p.empty], commits(parts[-1])
+        for i, part in enumerate(early):
+            self._stop_point(f"{i} of {len(early)} batches of new chains written, none of them used yet: "
+                             "traffic still meets the previous rules only")
+            self._restore(part)
+        if len(steps) > 1:
+            self._test_all(steps)
+        for i, part in enumerate(steps):
+            if i == 0:
+                self._stop_point(f"{len(early)} batches of new chains written, none of them used yet: traffic "
+                                 "still meets the previous rules only" if early else "nothing was written")
+            else:
+                self._stop_point(f"{i} of {len(steps)} table commits done: every Service meets either its "
+                                 "previous or its new rules")
+            try:
                 self._restore(part)
+            except KernelError as exc:
+                if not i:
+                    raise
+                head = str(exc).split("\n", 1)[0].replace("; nothing was changed", "")
+                raise KernelError(f"{head}; the {i} commit(s) before it stay: every Service meets either its "
+                                  "previous or its new rules", payload=exc.payload, stderr=exc.stderr) from exc
         for jump in plan.jumps:
             self._ensure_jump(jump.table, jump.chain, jump.rule, jump.position)
+
+    def _stop_point(self, state: str) -> None:
+        if self.stop is not None and self.stop():
+            raise ApplyInterrupted(state)
+
+    def _test_all(self, plans: list[Plan]) -> None:
+        """Every plan in one `iptables-restore --test` run: refused → KernelError, nothing changed."""
+        payload = "".join(render_plan(p) for p in plans)
+        argv = wrap([self.tool("restore"), "--noflush", "--wait", str(self.wait_seconds), "--test"], self.netns)
+        proc = subprocess.run(argv, input=payload, capture_output=True, text=True, process_group=0)
+        if proc.returncode != 0:
+            where = f" in network namespace {self.netns}" if self.netns else ""
+            raise KernelError(f"{self.tool('restore')} --test refused the payload{where} (exit {proc.returncode}); "
+                              "nothing was changed", payload=payload, stderr=proc.stderr)
 
     def _restore(self, plan: Plan) -> None:
         """One `iptables-restore --noflush` batch, the payload streamed in pieces: at 10k services a
         first sync is 37 MB of text, which is never held whole (nor twice, as str and as bytes)."""
         argv = wrap([self.tool("restore"), "--noflush", "--wait", str(self.wait_seconds)], self.netns)
         with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) as proc:
+                              text=True, process_group=0) as proc:
             assert proc.stdin is not None
             batch: list[str] = []
             try:
