@@ -19,8 +19,9 @@ memory of what it deleted before — so a cleanup lost to a restart or a crash i
   endpoint that stops serving or is removed loses them), and neither topology nor traffic policy
   matters: those decide where *new* flows go, like for TCP.
 
-Which ports to check (`ports_to_check`): every UDP port on the first sync after a start, afterwards
-those whose serving endpoints or addresses changed. kube-proxy checks every UDP port on every sync;
+Which ports to check (`ports_to_check`): every UDP port on the first sync after a start (the daemon
+also does so on its periodic full syncs), afterwards those whose serving endpoints or addresses
+changed. kube-proxy checks every UDP port on every sync;
 checking only the changed ones gives the same result (the table only gains stale entries when a
 port's endpoints or addresses change) at a cost that follows the change, not the cluster.
 

@@ -263,14 +263,16 @@ class CleanupWorker:
 
     `submit(frontends)` merges the frontends into what is pending and returns at once; the thread
     reconciles everything pending in one pass (one dump per IP version), so a burst of syncs costs
-    one cleanup. A failed pass keeps its frontends pending and is retried after `retry` seconds.
+    one cleanup. A failed pass keeps its frontends pending and is retried after `retry` seconds,
+    doubling up to `max_retry` while it keeps failing.
     `on_done(result)` is called on the worker thread after each pass."""
 
     def __init__(self, cleaner: ConntrackCleaner, on_done: Callable[[Reconciled], None] | None = None, *,
-                 retry: float = 1.0) -> None:
+                 retry: float = 1.0, max_retry: float = 60.0) -> None:
         self.cleaner = cleaner
         self.on_done = on_done
-        self.retry = retry
+        self.retry, self.max_retry = retry, max_retry
+        self._backoff = retry
         self._pending: dict[Any, Any] = {}
         self._pending_nodeports: dict[Any, Any] = {}
         self._cond = threading.Condition()
@@ -320,14 +322,16 @@ class CleanupWorker:
             try:
                 result = self.cleaner.reconcile(work)
             except OSError as exc:  # never stop over conntrack; kube-proxy logs and goes on
-                log.warning("conntrack cleanup failed, retrying: %s", exc)
+                log.warning("conntrack cleanup failed, retrying in %.0f s: %s", self._backoff, exc)
                 with self._cond:
                     # newer submissions win: they carry the serving endpoints of a later sync
                     self._pending = {**work.by_address, **self._pending}
                     self._pending_nodeports = {**work.by_node_port, **self._pending_nodeports}
                     self._busy = False
-                    self._cond.wait(self.retry)
+                    self._cond.wait(self._backoff)
+                self._backoff = min(self._backoff * 2, self.max_retry)
                 continue
+            self._backoff = self.retry
             with self._cond:
                 self._busy = False
                 self.passes += 1

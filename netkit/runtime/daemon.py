@@ -363,8 +363,9 @@ class Daemon:
             return False
         self._observe_rules(result, state)
         if self.conntrack is not None:
-            # checked against the kernel, not against memory: after a start every UDP port is checked
-            self.conntrack.submit(frontends(ports_to_check(self.state, state)))
+            # checked against the kernel, not against memory: after a start, and on every full sync,
+            # every UDP port is checked (kube-proxy checks them all on every sync)
+            self.conntrack.submit(frontends(ports_to_check(None if result.full else self.state, state)))
         self.state = state
         if result.full:
             # The objects of a synced state live long and hold no cycles: keep the cyclic GC from
