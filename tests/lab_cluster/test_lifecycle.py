@@ -99,3 +99,23 @@ def test_a_cluster_that_cannot_be_built_is_removed_before_the_error() -> None:
     assert "could not be built and was removed" in failed.stderr and "ipvs" in failed.stderr
     cid = failed.stderr.split("cluster ", 1)[1].split()[0]
     assert leftovers(cid) == NOTHING
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_up_interrupted_removes_what_it_built(sig: signal.Signals) -> None:
+    need_root_and("ip", "iptables-restore")
+    cid = os.urandom(3).hex()
+    proc = subprocess.Popen([sys.executable, "-m", "netkit", "lab", "cluster", "up", "--nodes", "2", "--id", cid],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (state.cluster_dir(cid) / "kubeconfig").exists():  # mid-way: the control plane is up
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        assert proc.wait(30) == 128 + sig
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            lifecycle.down(cid)
+    assert leftovers(cid) == NOTHING

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from typing import Any, NoReturn
@@ -53,6 +54,7 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     help=f"pods of the {APP_DEPLOY!r} deployment per node (default 2)")
     up.add_argument("--timeout", type=float, default=60.0,
                     help="seconds to wait for every node's first sync (default 60)")
+    up.add_argument("--id", type=cluster_id, default=None, help="the cluster's id, 6 hex digits (default: random)")
     up.add_argument("-o", "--output", choices=("text", "json"), default="text")
     up.set_defaults(func=cmd_up)
 
@@ -105,6 +107,12 @@ def count(low: int, high: int) -> Any:
     return parse
 
 
+def cluster_id(text: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{6}", text):
+        raise argparse.ArgumentTypeError(f"must be 6 hex digits (like 4d57b7), not {text!r}")
+    return text
+
+
 def chosen(args: argparse.Namespace) -> state.Record:
     ids = state.known_ids()
     if args.cluster:
@@ -127,7 +135,7 @@ def chosen(args: argparse.Namespace) -> state.Record:
 
 def cmd_up(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    record = lifecycle.up(args.nodes, args.mode, args.pods_per_node, timeout=args.timeout)
+    record = lifecycle.up(args.nodes, args.mode, args.pods_per_node, timeout=args.timeout, cluster_id=args.id or "")
     seconds = time.monotonic() - started
     c = record.cluster
     kubeconfig = state.kubeconfig_path(c.cluster_id)
