@@ -146,6 +146,10 @@ def test_a_stalled_sync_and_health_check_node_ports(netns: str, tmp_path: Path) 
             r.daemon.syncer.sync = stuck  # type: ignore[method-assign]
             await r.kubectl.apply_text("replace", lb_slice(["node-a", "node-b"]))
             await until(lambda: _is(_codes(r), (503, 503)), "healthz and livez 503 after 2 x syncPeriod")
+            await r.kubectl.apply_text("replace", LB.replace("clusterIP: 10.96.0.30",
+                                                             "clusterIP: 10.96.0.30\n  sessionAffinity: ClientIP"))
+            pending = r.daemon.metrics.plain("kubeproxy_sync_proxy_rules_service_changes_pending")
+            await until(lambda: _is(_value(pending), 1.0), "one Service change pending behind the stalled sync")
             _, doc = await probe(r, "/livez")
             assert doc["healthy"] is False and doc["status"]["IPv4"]["healthy"] is False
             code, _, body = await asyncio.to_thread(netns_get, netns, HC_PORT)
@@ -160,6 +164,10 @@ def test_a_stalled_sync_and_health_check_node_ports(netns: str, tmp_path: Path) 
         run(scenario(), timeout=60)
     finally:
         release.set()
+
+
+async def _value(metric: Any) -> float:
+    return float(metric._value.get())
 
 
 async def _codes(r: Running) -> tuple[int, int]:
@@ -188,3 +196,63 @@ async def _port_closed(netns: str) -> bool:
     except ConnectionRefusedError:
         return True
     return False
+
+
+def test_a_busy_healthz_port_is_logged_and_retried(netns: str, tmp_path: Path) -> None:
+    from .e2e import config, free_port, options, start_daemon, stop_daemon
+
+    port = free_port()
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    blocker.bind(("127.0.0.1", port))
+    blocker.listen(1)
+
+    async def scenario() -> None:
+        from netkit.testing.apiserver import TestApiServer
+
+        from .e2e import Kubectl
+        async with TestApiServer(bookmark_interval=0.5) as srv:
+            kubectl = Kubectl(srv, tmp_path)
+            opts = options(netns, config(), kubeconfig=kubectl.kubeconfig, bind_retry=0.2)
+            from dataclasses import replace
+            daemon, task = await start_daemon(replace(opts, healthz_address=f"127.0.0.1:{port}"))
+            try:
+                await asyncio.wait_for(daemon.synced.wait(), 20)  # the busy port does not stop the daemon
+                assert not task.done()
+                blocker.close()
+                await until(lambda: _healthz_up(port), "healthz once the port is free")
+            finally:
+                await stop_daemon(task)
+
+    try:
+        run(scenario(), timeout=40)
+    finally:
+        blocker.close()
+
+
+async def _healthz_up(port: int) -> bool:
+    try:
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+            return resp.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+def test_node_cidr_waits_for_the_nodes_pod_cidrs(netns: str, tmp_path: Path) -> None:
+    from .e2e import web_service, web_slice
+
+    async def scenario() -> None:
+        async with running_daemon(netns, tmp_path, detect_local_mode="NodeCIDR") as r:
+            assert r.kubectl is not None
+            await r.kubectl.apply_text("create", node() + "---\n" + web_service() + "---\n"
+                                       + web_slice(["10.244.1.11"]))
+            await asyncio.sleep(1.0)
+            assert not r.daemon.synced.is_set(), "no sync before the Node has podCIDRs (kube-proxy waits)"
+            await r.kubectl.apply_text("replace", node().replace(
+                "status:", "spec: {podCIDRs: [10.244.1.0/24]}\nstatus:"))
+            await asyncio.wait_for(r.daemon.synced.wait(), 10)
+            live = await asyncio.to_thread(r.dump)
+            text = "\n".join(rule for chain in live.chains("nat").values() for rule in chain)
+            assert "10.244.1.0/24" in text and "10.244.0.0/16" not in text, text[:2000]
+
+    run(scenario(), timeout=40)
