@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from netkit.lab.cluster import build, lifecycle, state
+from netkit.lab.cluster.api import Api
+from netkit.lab.sockets import connect
 from tests.conftest import need_root_and
 
 pytestmark = pytest.mark.netns
@@ -69,6 +71,17 @@ def test_down_after_a_crash_leaves_nothing() -> None:
                            (("trace", "-c", cid, "nope", "--to", "10.96.0.10:53/udp"), "no pod or node 'nope'")]:
             bad = netkit(*args)
             assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and says in bad.stderr, bad.stderr
+        # nftables mode carries traffic too, and trace reads its rules on the node the packet enters
+        Api(record.api_port).create("services", "default", {
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"clusterIP": "10.96.3.3", "selector": {"app": "web"},
+                     "ports": [{"port": 80, "targetPort": 8080}]}})
+        pod = record.cluster.pods_of("web")[0]
+        deadline = time.monotonic() + 20
+        while not connect(pod.netns, "10.96.3.3", 80, timeout=0.5).answered:
+            assert time.monotonic() < deadline, "the Service never answered in nftables mode"
+        traced = netkit("trace", "-c", cid, pod.name, "--to", "10.96.3.3:80")
+        assert traced.returncode == 0 and traced.stdout.count("DNAT") == 2, traced.stdout + traced.stderr
         assert len(leftovers(cid)["processes"]) == 1 + 2 + 2  # control plane, 2 daemons, 2 DNS pods
         os.kill(record.control_pid, signal.SIGKILL)  # its daemons and DNS servers are orphaned
         time.sleep(0.2)
