@@ -289,9 +289,11 @@ def status_of(cid: str) -> dict[str, Any]:
     now = time.time()
     for n in row["nodes"]:
         daemon = (procs.get("daemons") or {}).get(n["name"]) or {}
-        synced = nodehttp.last_sync(n["netns"]) if up else None
+        summary = nodehttp.node_summary(n["netns"]) if up else {}
+        synced = summary.get("last_sync")
         n.update(daemon_pid=daemon.get("pid", 0), restarts=daemon.get("restarts", 0),
-                 last_sync_ago=round(now - synced, 1) if synced else None)
+                 last_sync_ago=round(now - synced, 1) if synced else None,
+                 rules=summary.get("rules"), pending=summary.get("pending"))
     if up:
         try:
             api = Api(record.api_port, timeout=2)
@@ -330,6 +332,10 @@ def print_status(row: dict[str, Any]) -> None:
     print(f"cluster {row['id']}: {row['state']}" + (f", mode {row['mode']}" if "mode" in row else ""))
     for n in row.get("nodes", []):
         sync = f"synced {n['last_sync_ago']} s ago" if n.get("last_sync_ago") is not None else "no sync"
+        if n.get("rules") is not None:
+            sync += f", {n['rules']:.0f} rules"
+        if n.get("pending"):
+            sync += f", {n['pending']:.0f} changes pending"
         flags = " (cordoned)" if n["cordoned"] else ""
         print(f"  node {n['name']:<8} {n['ip']:<12} netkit run pid {n['daemon_pid'] or '-':<7} "
               f"restarts {n['restarts']}  {sync}{flags}")

@@ -34,9 +34,7 @@ def get(netns: str, host: str, port: int, path: str = "/", timeout: float = 1.0)
     return Response(int(status_line[1]), body.decode(errors="replace"))
 
 
-def metric(text: str, name: str) -> float | None:
-    """The smallest value of Prometheus samples `name` in `text`, labelled or not (kube-proxy's
-    sync timestamp has one per IP family: the smallest is when every family last synced)."""
+def samples(text: str, name: str) -> list[float]:
     values = []
     for line in text.splitlines():
         if line.startswith((name + " ", name + "{")):
@@ -44,6 +42,27 @@ def metric(text: str, name: str) -> float | None:
                 values.append(float(line.rsplit(None, 1)[1]))
             except (IndexError, ValueError):
                 continue
+    return values
+
+
+def node_summary(netns: str, metrics_port: int = 10249) -> dict[str, float | None]:
+    """What a node's daemon last synced, from its metrics: when, how many iptables rules (iptables
+    mode), how many Service and endpoint changes wait for the next sync. Empty if nothing answers."""
+    try:
+        text = get(netns, "127.0.0.1", metrics_port, "/metrics").body
+    except OSError:
+        return {}
+    rules = samples(text, "kubeproxy_sync_proxy_rules_iptables_total")
+    pending = samples(text, "kubeproxy_sync_proxy_rules_service_changes_pending") + \
+        samples(text, "kubeproxy_sync_proxy_rules_endpoint_changes_pending")
+    return {"last_sync": metric(text, SYNC_METRIC), "rules": sum(rules) if rules else None,
+            "pending": sum(pending) if pending else None}
+
+
+def metric(text: str, name: str) -> float | None:
+    """The smallest value of Prometheus samples `name` in `text`, labelled or not (kube-proxy's
+    sync timestamp has one per IP family: the smallest is when every family last synced)."""
+    values = samples(text, name)
     return min(values) if values else None
 
 
