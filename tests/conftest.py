@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -41,3 +42,12 @@ def netns() -> Iterator[str]:
         yield name
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def held_socket(kind: int) -> socket.socket:
+    """A loopback socket bound to a free port (listening, for TCP): an address that is in use."""
+    s = socket.socket(socket.AF_INET, kind)
+    s.bind(("127.0.0.1", 0))
+    if kind == socket.SOCK_STREAM:
+        s.listen()
+    return s

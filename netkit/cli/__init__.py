@@ -2,13 +2,16 @@
 
 Each area owns its subcommands in a module exposing `register(subparsers)`; the registered handler
 takes the parsed arguments and returns the exit status. Errors netkit understands (`NetkitError`)
-are printed on stderr and exit with status 2, like diff(1) and kubectl.
+and OSErrors (paths, addresses) are printed on stderr as one line and exit with status 2, like
+diff(1) and kubectl; Ctrl-C exits with 130. Code that binds a listen address wraps it in
+`netkit.errors.listening(flag, address)` so the line names the flag and the address.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -38,15 +41,84 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """Run one command; every failure an operator can cause ends here as one line on stderr:
+    `netkit: error: …` and status 2 (NetkitError, and OSError such as a path or an address that
+    cannot be used), or status 130 for Ctrl-C. Output cut short by a closed pipe (`netkit diff | head`)
+    does not change the status: the command finishes and reports what it found."""
+    stdout = sys.stdout
+    sys.stdout = _PipeSafe(stdout)
     try:
+        args = parser().parse_args(argv)
         status: int = args.func(args)
         return status
     except NetkitError as exc:
-        print(f"netkit: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc), exc.exit_status)
     except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # `netkit diff | head`
-        sys.stderr.close()
-        return 0
+        return _fail("interrupted", 130)
+    except OSError as exc:  # a bind, a file: a property of this host, not a bug
+        return _fail(_os_error(exc), 2)
+    finally:
+        _flush(sys.stdout)
+        sys.stdout = stdout
+
+
+def _fail(message: str, status: int) -> int:
+    first, *rest = message.splitlines() or [""]
+    print(f"netkit: error: {first}", file=sys.stderr)
+    for line in rest:  # a kernel tool's own stderr, indented under the one line
+        print(f"  {line}", file=sys.stderr)
+    return status
+
+
+def _os_error(exc: OSError) -> str:
+    if exc.strerror and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    return exc.strerror or str(exc)
+
+
+def _flush(out: object) -> None:
+    try:
+        flush = getattr(out, "flush", None)
+        if flush is not None:
+            flush()
+    except (BrokenPipeError, ValueError):
+        pass
+
+
+class _PipeSafe:
+    """stdout that, once the reader has gone (EPIPE), sends the rest to /dev/null instead of raising,
+    so the command still returns its own status (`set -o pipefail` then sees it)."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+        self.broken = False
+
+    def write(self, text: str) -> int:
+        if self.broken:
+            return len(text)
+        try:
+            return int(self._inner.write(text))  # type: ignore[attr-defined]
+        except BrokenPipeError:
+            self._detach()
+            return len(text)
+
+    def flush(self) -> None:
+        if self.broken:
+            return
+        try:
+            self._inner.flush()  # type: ignore[attr-defined]
+        except BrokenPipeError:
+            self._detach()
+
+    def _detach(self) -> None:
+        """Point the file descriptor at /dev/null: what is still buffered goes there at exit."""
+        self.broken = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._inner.fileno())  # type: ignore[attr-defined]
+            os.close(devnull)
+        except (OSError, AttributeError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)

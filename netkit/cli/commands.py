@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic
 
-from netkit.cli.inputs import Inputs, add_input_options, load_inputs
+from netkit.cli.inputs import Inputs, add_input_options, check_netns, load_inputs
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
@@ -22,6 +22,7 @@ from netkit.rules import cleanup
 from netkit.rules.backend import Backend, P, R
 from netkit.rules.cleanup import Survey
 from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
+from netkit.rules.keep import keep_live, kept_ports
 from netkit.rules.registry import with_backend
 
 FAMILIES = {"ipv4": IPFamily.IPV4, "ipv6": IPFamily.IPV6}
@@ -84,18 +85,30 @@ def _families(args: argparse.Namespace) -> tuple[IPFamily, ...]:
 
 
 def _setup(args: argparse.Namespace) -> Inputs:
+    check_netns(args)
     inputs = load_inputs(args)
     config = inputs.config
     if getattr(args, "iptables_backend", None):
         config = replace(config, iptables_backend=args.iptables_backend)
-        inputs = Inputs(config, inputs.objects, inputs.state, inputs.problems)
+        inputs = replace(inputs, config=config)
     _check_netns(args)
     return inputs
 
 
 def _check_netns(args: argparse.Namespace) -> None:
+    check_netns(args)
     if getattr(args, "netns", None) and not exists(args.netns):
         raise NetkitError(f"--netns {args.netns}: no such network namespace (see `ip netns list`)")
+
+
+def _desired(be: Backend[R, P], inputs: Inputs, family: IPFamily, live: R) -> tuple[R, list[str]]:
+    """The compiled ruleset, with the live rules of Services whose input is invalid kept as they
+    are (netkit.rules.keep); and those Services' service ports, for the report."""
+    desired = be.compile(inputs.state, inputs.config, family)
+    if not inputs.keep:
+        return desired, []
+    kept = [_display(k) for k in kept_ports(be.summarize(live), inputs.keep)] if live is not None else []
+    return keep_live(be, live, desired, inputs.keep), kept
 
 
 # --- compile -------------------------------------------------------------------------------------
@@ -130,6 +143,7 @@ class FamilyDiff(Generic[P]):
     services: list[dict[str, Any]]
     plan: P
     foreign: list[str]  # what netkit did not write in its own tables, which apply removes
+    kept: list[str]  # service ports whose input is invalid: live rules kept as they are
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -140,16 +154,17 @@ def cmd_diff(args: argparse.Namespace) -> int:
         for family in _families(args):
             kernel = be.kernel(inputs.config, family, args.netns)
             live = kernel.dump()
-            desired = be.compile(inputs.state, inputs.config, family)
+            desired, kept = _desired(be, inputs, family, live)
             p = be.plan(live, desired)
             changes = service_changes(be.summarize(live), be.summarize(desired))
             stale = leftover_lines(be.name, _leftovers(be.name, kernel, family, args.netns, live))
-            report[family.value] = FamilyDiff(p.empty and not stale, changes, p, be.foreign(live, desired) + stale)
+            report[family.value] = FamilyDiff(p.empty and not stale, changes, p, be.foreign(live, desired) + stale,
+                                            kept)
         pending = any(not r.in_sync or r.services for r in report.values())
         if args.output == "json":
             json.dump({"in_sync": not pending, "families": {
                 f: {"in_sync": r.in_sync, "services": r.services, "foreign": r.foreign,
-                    "payload": be.render_plan(r.plan)}
+                    "payload": be.render_plan(r.plan), "kept_invalid_input": r.kept}
                 for f, r in report.items()}}, sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
@@ -180,10 +195,11 @@ def _display(key: str) -> str:
 def _print_diff(be: Backend[R, P], report: Mapping[str, FamilyDiff[P]]) -> None:
     out = sys.stdout
     for family, r in report.items():
+        kept = "".join(f"  = {k} kept, invalid input\n" for k in r.kept)
         if r.in_sync and not r.services and not r.foreign:
-            out.write(f"{family}: in sync\n")
+            out.write(f"{family}: in sync\n{kept}")
             continue
-        out.write(f"{family}:\n")
+        out.write(f"{family}:\n{kept}")
         for c in r.services:
             out.write("  " + _service_line(c) + "\n")
         for line in r.foreign:
@@ -224,7 +240,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
         for family in _families(args):
             kernel = be.kernel(inputs.config, family, args.netns)
             live = kernel.dump()
-            work.append((family, kernel, be.plan(live, be.compile(inputs.state, inputs.config, family)),
+            desired, kept = _desired(be, inputs, family, live)
+            for k in kept:
+                print(f"netkit: {family.value}: {k}: kept, invalid input (its live rules stay as they are)",
+                      file=sys.stderr)
+            work.append((family, kernel, be.plan(live, desired),
                          _leftovers(be.name, kernel, family, args.netns, live)))
         cleanup.refuse_if_blocked([s for *_, surveys in work for s in surveys])
         for family, kernel, p, surveys in work:

@@ -13,12 +13,15 @@ import sys
 from dataclasses import replace
 from ipaddress import ip_address
 
-from netkit.cli.inputs import config_from_args, load_inputs
+from netkit.cli.inputs import check_netns, config_from_args, load_inputs
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.model.types import IPAddress
 from netkit.netns import exists, run
 from netkit.rules.backend import Backend, P, R
+from netkit.rules.iptables.names import is_owned
+from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
+from netkit.rules.ipvs.ruleset import Ruleset as IpvsRuleset
 from netkit.rules.registry import with_backend
 from netkit.rules.tracing import Outcome, Packet, endpoints
 
@@ -29,10 +32,15 @@ def parse_destination(text: str) -> tuple[IPAddress, int, str]:
     hostport, _, proto = text.partition("/")
     proto = (proto or "tcp").lower()
     host, sep, port = hostport.rpartition(":")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise NetkitError(f"--to {text!r}: an IPv6 address needs brackets, e.g. [fd00::1]:80 "
+                          "(without them the port cannot be told from the address)")
     try:
         if not sep:
             raise ValueError
-        addr, number = ip_address(host.strip("[]")), int(port)
+        addr, number = ip_address(host.removeprefix("[").removesuffix("]")), int(port)
+        if host.startswith("[") and addr.version != 6:
+            raise ValueError
     except ValueError as exc:
         raise NetkitError(f"--to {text!r}: expected IP:PORT[/PROTO], e.g. 10.96.0.10:80/tcp or [fd00::1]:80") from exc
     if proto not in PROTOCOLS or not 0 < number < 65536:
@@ -44,14 +52,17 @@ def run_trace(args: argparse.Namespace) -> int:
     dst, dport, proto = parse_destination(args.to)
     family = IPFamily.of(dst)
 
+    given = parse_source(args.source, dst) if args.source else None
+
     def run(be: Backend[R, P]) -> int:
         ruleset, local = _rules_and_addresses(args, family, be)
-        src = ip_address(args.source) if args.source else next((a for a in local if a.version == dst.version), None)
+        src = given or next((a for a in local if a.version == dst.version), None)
         if src is None:
             raise NetkitError("--from is needed: the node's own address is not known (give --node-ip or a Node object)")
         pkt = Packet(src, dst, dport, proto, local_addresses=local, in_iface=args.in_interface)
-        if ruleset is None:
-            raise NetkitError(f"no {be.name} rules of netkit for {family.value} in --netns {args.netns}")
+        if args.netns and not _has_rules(ruleset):
+            raise NetkitError(f"no netkit {be.name} rules in {args.netns} ({family.value}): nothing to trace "
+                              "(apply first, or trace the manifests with -f)")
         outcomes = be.trace(ruleset, pkt)
         if args.output == "json":
             json.dump(_json(pkt, outcomes), sys.stdout, indent=2)
@@ -63,8 +74,29 @@ def run_trace(args: argparse.Namespace) -> int:
     return with_backend(config_from_args(args).mode, run)
 
 
+def parse_source(text: str, dst: IPAddress) -> IPAddress:
+    try:
+        src = ip_address(text)
+    except ValueError as exc:
+        raise NetkitError(f"--from {text!r}: not an IP address (give the packet's source address)") from exc
+    if src.version != dst.version:
+        raise NetkitError(f"--from {text} and --to {dst}: one is IPv4, the other IPv6; a packet has one family")
+    return src
+
+
+def _has_rules(ruleset: object) -> bool:
+    """Whether a live dump holds anything netkit wrote (over a node without netkit's rules every
+    packet is "delivered as addressed", which says nothing)."""
+    if isinstance(ruleset, IpvsRuleset):
+        return bool(ruleset.services or ruleset.sets)
+    if isinstance(ruleset, IptablesRuleset):
+        return any(is_owned(chain) for chains in ruleset.tables.values() for chain in chains)
+    return ruleset is not None  # nftables: None is "no netkit table"
+
+
 def _rules_and_addresses(args: argparse.Namespace, family: IPFamily,
                          be: Backend[R, P]) -> tuple[R, tuple[IPAddress, ...]]:
+    check_netns(args)
     if args.netns:
         if not exists(args.netns):
             raise NetkitError(f"--netns {args.netns}: no such network namespace (see `ip netns list`)")

@@ -49,7 +49,7 @@ from netkit.dns.upstream import (
 )
 from netkit.dns.view import MAX_TTL as MAX_RECORD_TTL
 from netkit.dns.view import Options, PodMode, build
-from netkit.errors import NetkitError
+from netkit.errors import NetkitError, listening
 from netkit.sources.store import Store
 
 REBUILD_INTERVAL = 0.2  # seconds between the starts of two view builds at most
@@ -180,10 +180,8 @@ async def _serve(args: argparse.Namespace, options: Options, http: dict[str, tup
     server = DnsServer(Engine(options, metrics=metrics), listen, _router(args, metrics), tcp_idle=args.tcp_idle_timeout,
                        max_tcp=max(1, args.tcp_max_connections), cache=cache,
                        query_log=_print if args.log_queries else None)
-    try:
+    with listening("--listen", str(listen)):  # in use, not on this host: one line (netkit.errors)
         addr = await server.start()  # SERVFAIL until the first complete view below
-    except OSError as exc:
-        raise NetkitError(f"--listen {listen}: cannot listen: {exc.strerror or exc}") from None
     store = Store()
     runners: list[web.AppRunner] = []
     feed: asyncio.Task[None] | None = None

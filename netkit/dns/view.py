@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from netkit.dns.names import Name, dashed, name_from_text, reverse_name
+from netkit.model.state import slices_over_endpoints
 from netkit.model.types import EndpointSlice, IPAddress, Objects, Service, ServiceType
 
 MAX_TTL = 3600
@@ -110,7 +111,7 @@ def _slices_by_service(slices: Iterable[EndpointSlice]) -> dict[tuple[str, str],
     out: dict[tuple[str, str], list[EndpointSlice]] = {}
     for s in slices:
         out.setdefault((s.ref.namespace, s.service_name), []).append(s)
-    return out
+    return {k: slices_over_endpoints(v) if len(v) > 1 else v for k, v in out.items()}  # slices over v1 Endpoints
 
 
 def _entry(svc: Service, slices: list[EndpointSlice], zone: Name) -> Entry:

@@ -56,11 +56,11 @@ _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-
 class _Reader:
     """Walks one object, knows the path of every field it reads, and raises with it."""
 
-    def __init__(self, source: str, kind: str, name: str) -> None:
-        self.source, self.kind, self.name = source, kind, name
+    def __init__(self, source: str, kind: str, name: str, service: str = "") -> None:
+        self.source, self.kind, self.name, self.service = source, kind, name, service
 
     def fail(self, path: str, reason: str) -> NoReturn:
-        raise InvalidObject(Problem(self.source, self.kind, self.name, path, reason))
+        raise InvalidObject(Problem(self.source, self.kind, self.name, path, reason, self.service))
 
     def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
         if value is None:
@@ -182,8 +182,22 @@ def from_k8s(doc: Any, source: str = "<input>") -> list[KubeObject]:
     decoder = _DECODERS.get(kind)
     if decoder is None:
         return []
-    r = _Reader(source, kind, _meta_name(doc))
+    r = _Reader(source, kind, _meta_name(doc), _service_of(kind, doc))
     return decoder(r, doc)
+
+
+def _service_of(kind: str, doc: Mapping[str, Any]) -> str:
+    """"namespace/name" of the Service an object feeds, read leniently (the object may be invalid):
+    a Service or v1 Endpoints names it, an EndpointSlice labels it; "" when unknown."""
+    meta = doc.get("metadata")
+    if kind not in ("Service", "Endpoints", "EndpointSlice") or not isinstance(meta, Mapping):
+        return ""
+    name = meta.get("name")
+    if kind == "EndpointSlice":
+        labels = meta.get("labels")
+        name = labels.get(SERVICE_NAME_LABEL) if isinstance(labels, Mapping) else None
+    ns = meta.get("namespace") or "default"
+    return f"{ns}/{name}" if isinstance(name, str) and name and isinstance(ns, str) else ""
 
 
 def _ref(r: _Reader, doc: Mapping[str, Any], *, namespaced: bool = True, label: bool = False) -> ObjectRef:

@@ -167,6 +167,7 @@ class StateBuilder:
             svc = services[key]
             found = slices_by_service.get(key, [])
             if len(found) > 1:
+                found = slices_over_endpoints(found)
                 found.sort(key=_slice_order)
             old = previous.get(key)
             if old is not None and old.service is svc and old.node is node and _same_objects(old.slices, found):
@@ -187,6 +188,16 @@ def _same_objects(old: tuple[EndpointSlice, ...], new: list[EndpointSlice]) -> b
     if len(new) == 1:  # the common case, without a generator
         return old[0] is new[0]
     return all(a is b for a, b in zip(old, new, strict=True))
+
+
+def slices_over_endpoints(found: list[EndpointSlice]) -> list[EndpointSlice]:
+    """A Service's EndpointSlices, without the ones made from its v1 Endpoints when it has real
+    slices as well: kube-proxy reads only EndpointSlices, and a `kubectl get svc,ep,endpointslices`
+    dump holds both views of the same endpoints (merged, an endpoint that left one view would stay)."""
+    legacy = [s for s in found if s.from_legacy_endpoints]
+    if not legacy or len(legacy) == len(found):
+        return found
+    return [s for s in found if not s.from_legacy_endpoints]
 
 
 def _slice_order(s: EndpointSlice) -> str:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from netkit.cli.commands import FAMILIES
+from netkit.cli.inputs import check_netns
 from netkit.config import Config, ConfigError, load_kube_proxy_configuration
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
@@ -81,6 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from netkit.runtime.sysctls import apply_or_report
     from netkit.sources.kube import ApiSettings
 
+    check_netns(args)  # first: `--netns ""` would program the machine's own namespace
     config, warnings = run_config(args)
     _logging(config)
     for warning in (*warnings, *not_applied(config)):

@@ -34,7 +34,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from netkit.config import Config
-from netkit.errors import NetkitError
+from netkit.errors import NetkitError, listening
 from netkit.model import IPFamily, NodeState
 from netkit.model.conntrack import frontends, ports_to_check
 from netkit.model.state import StateBuilder
@@ -234,8 +234,10 @@ class Daemon:
         self._dns_options = options
         # without --dns-upstream: the node's resolvers, as kubeadm's `forward . /etc/resolv.conf`
         upstreams = [parse_address(u) for u in self.options.dns_upstreams] or resolv_conf_upstreams()
-        self._dns = DnsServer(Engine(options), parse_address(self.options.dns_listen or ""), Forwarder(upstreams))
-        await self._dns.start()  # answers SERVFAIL until the first complete view is installed
+        with listening("--dns-listen", self.options.dns_listen or ""):  # one line naming it (netkit.errors)
+            self._dns = DnsServer(Engine(options), parse_address(self.options.dns_listen or ""),
+                                  Forwarder(upstreams))
+            await self._dns.start()  # answers SERVFAIL until the first complete view is installed
 
     async def _start_runner(self) -> None:
         await self.store.wait_synced()

@@ -4,11 +4,19 @@
 files ending .yaml/.yml/.json in name order) and `-` for stdin. Every object goes through
 `netkit.model.from_k8s`; an invalid one becomes a Problem (file, document, kind, name, field, reason)
 and is left out, so the rest still compiles. The result is a `Loaded` value: objects and problems.
+
+A file whose text does not parse is not a set of invalid objects but an unknown set of objects: `load`
+raises `Unparsable` (`FILE:LINE:COL: invalid YAML: reason`), so a command changes nothing rather than
+removing what the file defined. A path that cannot be read — a file, a directory or any directory
+below it — raises `ManifestError` for the same reason. `decode_text` (the daemon's and netkit dns's
+per-file reader) returns the same report as a Problem instead, for the caller to keep the file's last
+good version.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -35,26 +43,39 @@ class ManifestError(NetkitError):
     pass
 
 
+class Unparsable(ManifestError):
+    """A file's text is not YAML (or JSON): `FILE:LINE:COL: invalid YAML: reason` (1-based)."""
+
+    def __init__(self, label: str, line: int, column: int, what: str, reason: str) -> None:
+        self.problem = Problem(f"{label}:{line}:{column}", "?", "?", "", f"invalid {what}: {reason}")
+        super().__init__(str(self.problem))
+
+
 def load(paths: Iterable[str], stdin_text: str | None = None) -> Loaded:
     objs: list[KubeObject] = []
     problems: list[Problem] = []
     files: list[str] = []
     for label, text in _read_all(paths, stdin_text):
         files.append(label)
-        decoded, problems_here = decode_text(text, label)
+        decoded, problems_here = _decode(_documents(text, label), label)
         objs.extend(decoded)
         problems.extend(problems_here)
     return Loaded(Objects.of(objs), tuple(problems), tuple(files))
 
 
 def decode_text(text: str, label: str) -> tuple[list[KubeObject], list[Problem]]:
-    """Decode one file's text: each document and List item separately, problems collected."""
-    objs: list[KubeObject] = []
-    problems: list[Problem] = []
+    """Decode one file's text: each document and List item separately, problems collected. Text that
+    does not parse gives no objects and one Problem (`Unparsable.problem`, kind "?")."""
     try:
         docs = _documents(text, label)
-    except ManifestError as exc:
-        return [], [Problem(label, "?", "?", "", str(exc))]
+    except Unparsable as exc:
+        return [], [exc.problem]
+    return _decode(docs, label)
+
+
+def _decode(docs: list[Any], label: str) -> tuple[list[KubeObject], list[Problem]]:
+    objs: list[KubeObject] = []
+    problems: list[Problem] = []
     for index, doc in enumerate(docs):
         source = label if len(docs) == 1 else f"{label}#{index}"
         for item in list_items(doc):
@@ -71,12 +92,23 @@ def _documents(text: str, label: str) -> list[Any]:
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ManifestError(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+            raise Unparsable(label, exc.lineno, exc.colno, "JSON", exc.msg) from exc
         return doc if isinstance(doc, list) else [doc]
     try:
         return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
     except yaml.YAMLError as exc:
-        raise ManifestError(f"invalid YAML: {exc}".replace("\n", " ")) from exc
+        raise _unparsable(label, exc) from exc
+
+
+def _unparsable(label: str, exc: yaml.YAMLError) -> Unparsable:
+    """Where and why, from PyYAML's marks (0-based there): "did not find expected ',' or ']'
+    (while parsing a flow sequence)"."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    reason = f"{problem} ({context})" if context else problem
+    return Unparsable(label, line, column, "YAML", " ".join(str(reason).split()))
 
 
 class _Loader(yaml.SafeLoader):
@@ -94,12 +126,26 @@ def _read_all(paths: Iterable[str], stdin_text: str | None) -> Iterator[tuple[st
             continue
         path = Path(p)
         if path.is_dir():
-            for f in sorted(x for x in path.rglob("*") if x.is_file() and x.suffix in _EXTENSIONS):
+            for f in manifest_files(path):
                 yield str(f), _read(f)
         elif path.exists():
             yield str(path), _read(path)
         else:
             raise ManifestError(f"{p}: no such file or directory")
+
+
+def manifest_files(directory: Path) -> list[Path]:
+    """The manifest files under `directory`, recursively, in name order. A directory that cannot be
+    listed is an error (skipping it would drop the Services it holds); symlinked directories are
+    not followed, as kubectl does not."""
+    found: list[Path] = []
+
+    def fail(exc: OSError) -> None:
+        raise ManifestError(f"{exc.filename}: cannot read directory: {exc.strerror}") from exc
+
+    for top, _dirs, names in os.walk(directory, onerror=fail):
+        found.extend(Path(top, n) for n in names if Path(n).suffix in _EXTENSIONS and Path(top, n).is_file())
+    return sorted(found)
 
 
 def _read(path: Path) -> str:

@@ -94,7 +94,7 @@ def test_unreadable_inputs_are_errors(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("kind: Service\n  bad: [indent\n")
     proc = run("compile", "-f", str(broken))
-    assert proc.returncode == 0 and "invalid YAML" in proc.stderr
+    assert proc.returncode == 2 and f"netkit: error: {broken}:2:6: invalid YAML" in proc.stderr
 
 
 def test_config_file_is_kube_proxy_configuration(tmp_path: Path) -> None:
