@@ -4,7 +4,9 @@ Theory of operation. `FileSource.run()` loads every manifest under the given pat
 exactly as `netkit.sources.manifests` reads them (directories recursively, `.yaml`/`.yml`/`.json`,
 several documents per file, `kind: List`), puts each file's objects into the `Store` under the file's
 path, marks itself synced, and then follows changes with `watchfiles` (inotify on Linux, debounced):
-a changed file is decoded again and its objects replaced, a removed file takes its objects with it.
+a changed file is decoded again and its objects replaced; a removed file takes its objects with it
+once its root has had no other change for one poll interval, so files deleted over several batches
+are seen together (and, when that empties the root, as the root emptying: see below).
 
 A file that becomes invalid keeps its last good version. If the text no longer parses, all of the
 file's previous objects stay; if single objects in it are invalid, each keeps its previous version
@@ -32,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -68,6 +71,8 @@ class FileSource:
         self._gone: set[Path] = set()  # roots briefly gone: what they held stays in the store
         self._seen: dict[Path, Fingerprint] = {}  # gone roots: their files at the last look
         self._tried: dict[Path, Fingerprint] = {}  # gone roots: the files last read in full
+        self._removing: dict[Path, set[Path]] = {}  # files deleted, applied once the root is quiet
+        self._quiet_at: dict[Path, float] = {}  # root -> when its pending removals apply
         store.expect(self.name)
 
     @property
@@ -106,6 +111,7 @@ class FileSource:
             batch = await first
             while all(self._identity(root) == ident for root, ident in identities.items()):
                 self._apply(batch)
+                self._settle_removals()
                 self._retry_gone()
                 batch = await anext(changes)
         finally:
@@ -198,9 +204,26 @@ class FileSource:
             if root is not None:
                 by_root.setdefault(root, set()).add(Path(name))
         for root, paths in by_root.items():
-            if root not in self._gone:  # a gone root is read again in full once quiet (_retry_gone)
-                self._update(root, {path: self._decode(path) if path.is_file() else None for path in sorted(paths)},
-                             full=False)
+            if root in self._gone:  # a gone root is read again in full once quiet (_retry_gone)
+                continue
+            present = sorted(p for p in paths if p.is_file())
+            removing = self._removing.setdefault(root, set())
+            removing.difference_update(present)  # re-created (an editor's rename): an edit
+            removing.update(p for p in paths if p not in present and p in self._held)
+            if removing:
+                self._quiet_at[root] = time.monotonic() + self.poll_ms / 1000
+            if present:
+                self._update(root, {path: self._decode(path) for path in present}, full=False)
+
+    def _settle_removals(self) -> None:
+        """Apply removed files once their root has had no change for one poll interval: files deleted
+        over a few batches are then seen together — as the root emptying, when it does."""
+        now = time.monotonic()
+        for root in [r for r, due in self._quiet_at.items() if due <= now]:
+            del self._quiet_at[root]
+            gone = {path: None for path in self._removing.pop(root, set()) if not path.is_file()}
+            if gone and root not in self._gone:
+                self._update(root, gone, full=False)
 
     def _decode(self, path: Path) -> tuple[KubeObject, ...]:
         try:

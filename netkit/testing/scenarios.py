@@ -428,6 +428,26 @@ async def directory_removed_and_recreated(lab: Lab, mode: str, rate: float, hold
         return tallies(t, env.timeline)
 
 
+async def files_deleted_and_written_back(lab: Lab, mode: str, rate: float, hold: float) -> dict[str, Tally]:
+    """`-f DIR`: every file in it deleted for a while (the directory stays), then written back one by
+    one with a change: the rules stay meanwhile, and the change is followed."""
+    async with environment(lab, mode, files=True) as env:
+        assert env.files is not None
+        env.put(*base_objects(["web-a1", "web-b1"], ["web-a1", "web-b1"]))
+        await env.start_daemon()
+        await env.applied(has({"web-a1", "web-b1"}, {"web-a1", "web-b1"}))
+        env.timeline.start(["web-a1", "web-b1"])
+        async with traffic(env, rate) as t:
+            await asyncio.sleep(hold)
+            for path in env.files.iterdir():
+                path.unlink()
+            await asyncio.sleep(max(hold, 2.0))  # the issue's case: every file gone for 2 s
+            await env.change(base_objects(["web-b1", "web-a2"], ["web-b1", "web-a2"]),
+                             has({"web-b1", "web-a2"}, {"web-b1", "web-a2"}), ["web-b1", "web-a2"])
+            await asyncio.sleep(hold)
+        return tallies(t, env.timeline)
+
+
 async def kill_mid_sync(lab: Lab, mode: str, rate: float, hold: float, *, load: int = 300) -> dict[str, Tally]:
     """The real `netkit run` in a subprocess is SIGKILLed while it takes in `load` new Services (as
     soon as its restore or nft child runs, or after 80 ms of CPU on them), then started again: web's
@@ -562,5 +582,6 @@ SCENARIOS: Mapping[str, Scenario] = {
     "conntrack across restart": conntrack_across_restart,
     "terminating UDP endpoints": terminating_udp,
     "directory removed and re-created": directory_removed_and_recreated,
+    "every file deleted for 2 s": files_deleted_and_written_back,
 }
 

@@ -330,3 +330,25 @@ def test_run_takes_allow_empty() -> None:
 
     assert parser().parse_args(["run", "-f", "dir", "--allow-empty"]).allow_empty is True
     assert parser().parse_args(["run", "-f", "dir"]).allow_empty is False
+
+
+def test_files_deleted_one_after_another_are_seen_together(tmp_path: Path) -> None:
+    """Every file deleted, in separate watcher batches but close together: the directory empties —
+    nothing is removed on the way (which would drop the first files' Services)."""
+    async def scenario() -> None:
+        for n, name in enumerate(("web", "api", "db")):
+            (tmp_path / f"{name}.yaml").write_text(SVC.format(name=name, ip=f"10.96.0.{10 + n}", port=80))
+        store = Store()
+        source = FileSource([str(tmp_path)], store, debounce_ms=10, step_ms=5, poll_ms=300)
+        async with background(source.run()):
+            await asyncio.wait_for(store.wait_synced(), 5)
+            store.take_changes()
+            for name in ("web", "api", "db"):
+                (tmp_path / f"{name}.yaml").unlink()
+                await asyncio.sleep(0.08)
+            await eventually(lambda: tmp_path in source.gone, what="the directory seen empty")
+            assert names(store) == {"web", "api", "db"} and store.take_changes() == {}
+            (tmp_path / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80))
+            await eventually(lambda: names(store) == {"web"}, what="the file back")
+
+    run(scenario())
