@@ -277,18 +277,25 @@ def main() -> int:
         rounds = [run_pair(work, args) for _ in range(max(1, args.rounds))]
         print(f"{'load':6} {'server':8} {'qps':>10} {'µs/query':>9}   (medians of {len(rounds)} rounds)")
         for load in ("hits", "mix", "fwd"):
+            # rounds where a server answered nothing at all (a failed start) are reported, not counted
+            ok = [r for r in rounds if r["netkit"][load].qps > 0 and r["dnsmasq"][load].qps > 0]
             for server in ("dnsmasq", "netkit"):
-                qps = statistics.median(r[server][load].qps for r in rounds)
-                us = statistics.median(r[server][load].us_per_query for r in rounds)
+                qps = statistics.median(r[server][load].qps for r in ok or rounds)
+                us = statistics.median(r[server][load].us_per_query for r in ok or rounds)
                 print(f"{load:6} {server:8} {qps:10.0f} {us:9.1f}")
+            if not ok:
+                print(f"{load:6} {'ratio':8} no round where both servers answered")
+                continue
             # the ratio of each round (both servers measured back to back), then the median of those
-            qps_ratio = statistics.median(r["netkit"][load].qps / r["dnsmasq"][load].qps for r in rounds)
+            qps_ratio = statistics.median(r["netkit"][load].qps / r["dnsmasq"][load].qps for r in ok)
             cpu_ratio = statistics.median(r["netkit"][load].us_per_query / r["dnsmasq"][load].us_per_query
-                                          for r in rounds)
-            each = ", ".join(f"{r['netkit'][load].qps / r['dnsmasq'][load].qps:.2f}" for r in rounds)
+                                          for r in ok)
+            each = ", ".join(f"{r['netkit'][load].qps / r['dnsmasq'][load].qps:.2f}" for r in ok)
+            failed = "".join(f"; round {i + 1}: {server} answered nothing" for i, r in enumerate(rounds)
+                             for server in ("dnsmasq", "netkit") if not r[server][load].qps)
             print(f"{load:6} {'ratio':8} {qps_ratio:9.2f}× {cpu_ratio:8.2f}×"
                   f"   (target qps ≥ {TARGETS[load]}× dnsmasq: "
-                  f"{'met' if qps_ratio >= TARGETS[load] else 'NOT met'}; rounds: {each})")
+                  f"{'met' if qps_ratio >= TARGETS[load] else 'NOT met'}; rounds: {each}{failed})")
         quiet, held, worst = tcp_with_idle(work, args)
         verdict = "met" if worst < TCP_TARGET_MS else "NOT met"
         print(f"tcp: a new TCP query with {TCP_IDLE} idle connections held: median {held:.1f} ms, "

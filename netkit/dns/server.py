@@ -193,11 +193,12 @@ class DnsServer:
             # The fast path, inlined (see Engine.fast): the exact query seen before → one lookup;
             # else the case-folded question → one find, one lookup, one join (and remembered exactly);
             # else an upstream answer still fresh in the cache (exactly as asked, then case-folded).
-            exact = exact_get(data[2:])
+            rest = data[2:]
+            exact: tuple[bytes, int] | tuple[bytes, int, float] | None = exact_get(rest)
             if exact is None:
-                fx = fwd_exact_get(data[2:]) if fwd_exact else None
+                fx = fwd_exact_get(rest) if fwd_exact else None
                 if fx is not None and now < fx[2]:
-                    exact = fx[:2]
+                    exact = fx  # (reply but its ID, kind, valid until)
                 else:
                     end = data.find(0, 12)
                     if end > 12:
@@ -205,12 +206,12 @@ class DnsServer:
                         hit = get(key)
                         if hit is not None:
                             exact = (hit[0] + data[12:end] + hit[1], hit[2])
-                            remember(data[2:], exact)
+                            remember(rest, exact)
                         elif forwarded:
                             entry = fwd_hit(forwarded, key, now)
                             if entry is not None:
                                 exact = (entry.head + data[12:end] + entry.tail, entry.kind)
-                                fwd_remember(data[2:], entry, exact[0])
+                                fwd_remember(rest, entry, exact[0])
             if exact is not None:
                 try:
                     sendto(data[:2] + exact[0], addr)
