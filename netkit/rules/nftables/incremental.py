@@ -21,7 +21,7 @@ compares those and not 10,000 (`narrow`). Measured at 10,000 services × 10 endp
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState, ServicePortState
@@ -33,14 +33,19 @@ from netkit.rules.nftables import names as n
 from netkit.rules.nftables.ruleset import Chain, Element, NamedSet, Part, Parts, Ruleset
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class PortPart:
-    """One service port's Part, with what it was compiled from besides the port itself."""
+    """One service port's Part, with what it was compiled from besides the port itself. Made when the
+    memo first meets the port; compiled once the slots of this compile are known (`part` None until
+    then), and again in place if its slots move."""
 
-    label: str
-    names: tuple[str, ...]  # its endpoint chains that take a slot in the shared maps
-    slots: tuple[int | None, ...]  # their slots when compiled
-    part: Part
+    __slots__ = ("label", "names", "part", "port", "slots")
+
+    def __init__(self, p: ServicePortState) -> None:
+        self.port = p
+        self.label = n.port_label(p)
+        self.names = tuple(c.slotted_names(p))  # its endpoint chains that take a slot in the shared maps
+        self.slots: tuple[int | None, ...] = ()  # their slots when compiled
+        self.part: Part | None = None
 
 
 class Compiler:
@@ -67,53 +72,75 @@ class Compiler:
         ports = state.family(self.family)
         if state.node.ips != self._node_ips:
             self._reset(state.node.ips)
-        self._update_slots(ports)
-        ctx = c.Ctx(self.family, self.config, state.node.ips, self._slots)
-        walk = self._memo.run(ports, lambda p: self._compile_port(ctx, p), self._slots_unchanged)
+        walk = self._memo.run(ports, PortPart)  # new and changed ports get a PortPart not compiled yet
         labels = [e.label for e in walk.parts]
         if len(set(labels)) != len(labels):  # two ports, one label: not a valid state; no index, no memory
             self._reset(None)
+            ctx = c.Ctx(self.family, self.config, state.node.ips, c.endpoint_slots(ports))
             return c.unindexed(ctx, state, ports)
+        moved = self._count_names(walk.came, walk.gone)
+        ctx = c.Ctx(self.family, self.config, state.node.ips, self._slots)
         touched: dict[str, set[Element]] = {}
+        changed = {e.label for e in (*walk.came, *walk.gone)}
         for e in walk.gone:
-            self._drop(e.part, touched)
-        for e in walk.came:
-            self._add(e.part, touched)
+            self._drop(e, touched)
+        again = [e for e in walk.parts if e.part is not None and e.slots != self._slots_of(e)] if moved else []
+        for e in again:  # rare: a name came or went and moved this port's slot
+            self._drop(e, touched)
+            changed.add(e.label)
+        for e in (*walk.came, *again):
+            e.slots, e.part = self._slots_of(e), c.compile_port(ctx, e.port)
+            self._add(e, touched)
+        return self._result(ctx, state, walk.parts, labels, touched, changed, walk.fresh)
+
+    def _result(self, ctx: c.Ctx, state: NodeState, parts: list[PortPart], labels: list[str],
+                touched: dict[str, set[Element]], changed: set[str], fresh: bool) -> Ruleset:
+        before = self._fixed
         fixed = self._fixed_part(ctx, state)
-        sets = self._shared_sets(fixed, touched)
+        sets = self._shared_sets(fixed, touched, fixed is before)
         result = Ruleset.of(ctx.ip, [*sets, *self._own.values()], [*fixed.chains, *self._chains.values()])
-        index = Parts(fixed, dict(zip(labels, (e.part for e in walk.parts), strict=True)), result.sets, result.chains)
+        index = Parts(fixed, {e.label: e.part for e in parts if e.part is not None}, result.sets, result.chains)
         since = None
-        if self._last is not None and not walk.fresh:
-            since = Since(weakref.ref(self._last), frozenset(e.label for e in (*walk.came, *walk.gone)))
+        if self._last is not None and not fresh:
+            since = Since(weakref.ref(self._last), frozenset(changed))
         result = Ruleset(result.family, result.table, result.sets, result.chains, index, since)
         self._last = result
         return result
 
     # ── slots ──
 
-    def _update_slots(self, ports: tuple[ServicePortState, ...]) -> None:
+    def _count_names(self, came: list[PortPart], gone: list[PortPart]) -> bool:
         """Keep the name → slot map a pure function of the names in use: recomputed (all of it)
-        only when a name comes or goes, which a change of endpoints within a port never does."""
-        names: dict[str, int] = {}
-        for p in ports:
-            known = self._memo.previous(p)
-            for name in known.names if known is not None else c.slotted_names(p):
-                names[name] = names.get(name, 0) + 1
-        if names.keys() != self._names.keys():
-            self._slots = c.slots_of(names)
-        self._names = names
+        only when a name comes or goes, which a change of endpoints within a port never does.
+        True when the slots were recomputed."""
+        counts, before = self._names, len(self._names)
+        appeared = False  # a name no port had
+        for e in came:
+            for name in e.names:
+                had = counts.get(name, 0)
+                counts[name] = had + 1
+                appeared = appeared or not had
+        for e in gone:
+            for name in e.names:
+                left = counts[name] - 1
+                if left:
+                    counts[name] = left
+                else:
+                    del counts[name]
+        if not appeared and len(counts) == before:
+            return False
+        self._slots = c.slots_of(counts)
+        return True
 
-    def _slots_unchanged(self, e: PortPart) -> bool:
-        return all(self._slots.get(name) == slot for name, slot in zip(e.names, e.slots, strict=True))
-
-    def _compile_port(self, ctx: c.Ctx, p: ServicePortState) -> PortPart:
-        names = tuple(c.slotted_names(p))
-        return PortPart(n.port_label(p), names, tuple(self._slots.get(x) for x in names), c.compile_port(ctx, p))
+    def _slots_of(self, e: PortPart) -> tuple[int | None, ...]:
+        return tuple(self._slots.get(name) for name in e.names)
 
     # ── the parts' contributions ──
 
-    def _drop(self, part: Part, touched: dict[str, set[Element]]) -> None:
+    def _drop(self, e: PortPart, touched: dict[str, set[Element]]) -> None:
+        part = e.part
+        if part is None:
+            return
         for chain in part.chains:
             if self._chains.get(chain.name) is chain:
                 del self._chains[chain.name]
@@ -129,7 +156,10 @@ class Compiler:
                 del counts[element]
                 touched.setdefault(set_name, set()).add(element)
 
-    def _add(self, part: Part, touched: dict[str, set[Element]]) -> None:
+    def _add(self, e: PortPart, touched: dict[str, set[Element]]) -> None:
+        part = e.part
+        if part is None:
+            return
         for chain in part.chains:
             self._chains[chain.name] = chain
         for st in part.sets:
@@ -155,7 +185,7 @@ class Compiler:
         self._fixed = fixed
         return fixed
 
-    def _shared_sets(self, fixed: Part, touched: dict[str, set[Element]]) -> list[NamedSet]:
+    def _shared_sets(self, fixed: Part, touched: dict[str, set[Element]], same_fixed: bool) -> list[NamedSet]:
         """Each shared set with its elements: its definition's own plus every part's; rebuilt only
         when an element came or went (or its definition changed), else the very same object."""
         out: list[NamedSet] = []
@@ -163,8 +193,8 @@ class Compiler:
         for definition in fixed.sets:
             before = self._shared.get(definition.name)
             changed = touched.get(definition.name)
-            if before is not None and not changed and before.definition() == definition.definition() \
-                    and _base(before, definition):
+            if before is not None and not changed and (same_fixed or (
+                    before.definition() == definition.definition() and _base(before, definition))):
                 st = before
             else:
                 parts = frozenset(self._counts.get(definition.name, ()))
