@@ -147,23 +147,30 @@ class StateBuilder:
     def __init__(self) -> None:
         self._memo: dict[tuple[str, str], _Memo] = {}
         self._node: NodeInfo | None = None
+        # The store hands back the very same tuple of a kind that did not change: the services by
+        # key in name order, and the slices by service, are then kept (and patched for a few slices).
+        self._services_in: tuple[Service, ...] | None = None
+        self._services: dict[tuple[str, str], Service] = {}
+        self._keys: list[tuple[str, str]] = []
+        self._slices_in: tuple[EndpointSlice, ...] | None = None
+        self._by_service: dict[tuple[str, str], list[EndpointSlice]] = {}
 
     def build(self, objects: Objects, node_name: str = "", extra_node_ips: Sequence[IPAddress] = ()) -> NodeState:
         node = _node_info(objects.nodes, node_name, extra_node_ips)
         if node == self._node:  # one comparison here, identity checks per service below
             node = self._node
         self._node = node
-        # Plain (namespace, name) tuples as keys: hashing them is C code, hashing ObjectRef is not.
-        slices_by_service: dict[tuple[str, str], list[EndpointSlice]] = defaultdict(list)
-        for s in objects.slices:
-            slices_by_service[(s.ref.namespace, s.service_name)].append(s)
+        slices_by_service = self._slices_by_service(objects.slices)
         memo: dict[tuple[str, str], _Memo] = {}
         ports: list[ServicePortState] = []
         previous = self._memo
-        # The same Service given twice (two manifest files): the last one wins, as with kubectl apply.
-        services = {(svc.ref.namespace, svc.ref.name): svc for svc in objects.services}
+        if objects.services is not self._services_in:
+            # The same Service given twice (two manifest files): the last one wins, as with kubectl apply.
+            self._services = {(svc.ref.namespace, svc.ref.name): svc for svc in objects.services}
+            self._keys, self._services_in = sorted(self._services), objects.services
+        services = self._services
         # Services in name order, each one's ports already in order: the state needs no final sort.
-        for key in sorted(services):
+        for key in self._keys:
             svc = services[key]
             found = slices_by_service.get(key, [])
             if len(found) > 1:
@@ -180,6 +187,27 @@ class StateBuilder:
             ports.extend(entry.ports)
         self._memo = memo
         return NodeState(node, tuple(ports))
+
+    def _slices_by_service(self, slices: tuple[EndpointSlice, ...]) -> dict[tuple[str, str], list[EndpointSlice]]:
+        """Slices grouped by (namespace, service name): the previous grouping with the slices that
+        changed in place swapped in, when the tuple differs from the previous one only there."""
+        old = self._slices_in
+        if slices is old:
+            return self._by_service
+        self._slices_in = slices
+        if old is not None and len(old) == len(slices):
+            changed = [(a, b) for a, b in zip(old, slices, strict=True) if a is not b]
+            if len(changed) <= 64 and all(a.ref == b.ref and a.service_name == b.service_name for a, b in changed):
+                for a, b in changed:
+                    group = self._by_service[(a.ref.namespace, a.service_name)]
+                    group[next(i for i, x in enumerate(group) if x is a)] = b
+                return self._by_service
+        # Plain (namespace, name) tuples as keys: hashing them is C code, hashing ObjectRef is not.
+        grouped: dict[tuple[str, str], list[EndpointSlice]] = defaultdict(list)
+        for s in slices:
+            grouped[(s.ref.namespace, s.service_name)].append(s)
+        self._by_service = dict(grouped)
+        return self._by_service
 
 
 def _same_objects(old: tuple[EndpointSlice, ...], new: list[EndpointSlice]) -> bool:
