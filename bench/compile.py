@@ -47,9 +47,9 @@ def objects(n_services: int, n_endpoints: int, affinity_every: int = 7) -> Objec
         nodeport = ServiceType.NODE_PORT if i % 10 == 0 else ServiceType.CLUSTER_IP
         port = ServicePort("http", Protocol.TCP, 80, 8080, 30000 + (i // 10) % 2768 if nodeport is ServiceType.NODE_PORT
                            else None)
+        sticky = 10800 if affinity_every and i % affinity_every == 0 else None
         services.append(Service(ref, nodeport, (ip_address(f"10.96.{i // 250}.{i % 250 + 1}"),),
-                                ports=(port,), session_affinity_timeout=10800 if affinity_every and i % affinity_every == 0
-                                else None))
+                                ports=(port,), session_affinity_timeout=sticky))
         eps = tuple(Endpoint((ip_address(f"10.{128 + (i * n_endpoints + j) // 65000}."
                                          f"{(i * n_endpoints + j) // 250 % 256}.{(i * n_endpoints + j) % 250 + 1}"),),
                              node_name=f"node-{j % 20}") for j in range(n_endpoints))
