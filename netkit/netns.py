@@ -32,7 +32,12 @@ def run(cmd: Sequence[str], netns: str | None = None, *, input: str | None = Non
         check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     argv = wrap(cmd, netns)
     try:
-        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+        # its own process group: a Ctrl-C at the terminal reaches netkit, which stops at a safe
+        # point, and never kills a kernel tool half-way
+        # (and never reads the terminal: a background process group reading it would be stopped)
+        stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
+        proc = subprocess.run(argv, **stdin, capture_output=True, text=True, timeout=timeout,
+                              process_group=0)
     except FileNotFoundError as exc:
         raise KernelError(f"{argv[0]}: not installed") from exc
     except subprocess.TimeoutExpired as exc:

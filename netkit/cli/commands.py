@@ -8,9 +8,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic
 
@@ -21,6 +24,7 @@ from netkit.netns import exists
 from netkit.rules import cleanup
 from netkit.rules.backend import Backend, P, R
 from netkit.rules.cleanup import Survey
+from netkit.rules.iptables.kernel import ApplyInterrupted, IptablesKernel
 from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
 from netkit.rules.keep import keep_live, kept_ports
 from netkit.rules.registry import with_backend
@@ -231,37 +235,80 @@ def _count(endpoints: list[str]) -> str:
 # --- apply / cleanup -----------------------------------------------------------------------------
 
 
+LONG_APPLY = 1000  # objects: an apply writing more says so before it starts
+
+
 def cmd_apply(args: argparse.Namespace) -> int:
     """Per family: plan against the live rules, write the plan, then remove what other modes left
     (two dataplanes must not both see traffic). Everything is read first: a foreign rule referring
-    to another mode's chains stops the apply before anything changes."""
+    to another mode's chains stops the apply before anything changes. SIGINT (Ctrl-C) is honoured
+    at the next safe point — between table commits, batches or families — never inside one: exit
+    130 with one line saying what the node holds."""
     inputs = _setup(args)
+    with deferred_sigint() as interrupted:
+        return with_backend(inputs.config.mode, lambda be: _apply(be, inputs, args, interrupted))
 
-    def run(be: Backend[R, P]) -> int:
-        work = []
-        for family in _families(args):
-            kernel = be.kernel(inputs.config, family, args.netns)
-            live = kernel.dump()
-            desired, kept = _desired(be, inputs, family, live)
-            for k in kept:
-                print(f"netkit: {family.value}: {k}: kept, invalid input (its live rules stay as they are)",
-                      file=sys.stderr)
-            work.append((family, kernel, be.plan(live, desired),
-                         _leftovers(be.name, kernel, family, args.netns, live)))
-        cleanup.refuse_if_blocked([s for *_, surveys in work for s in surveys])
-        for family, kernel, p, surveys in work:
-            if p.empty:
-                print(f"netkit: {family.value}: already in sync", file=sys.stderr)
-            else:
+
+
+def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrupted: threading.Event) -> int:
+    work = []
+    for family in _families(args):
+        kernel = be.kernel(inputs.config, family, args.netns)
+        live = kernel.dump()
+        desired, kept = _desired(be, inputs, family, live)
+        for k in kept:
+            print(f"netkit: {family.value}: {k}: kept, invalid input (its live rules stay as they are)",
+                  file=sys.stderr)
+        work.append((family, kernel, be.plan(live, desired), _leftovers(be.name, kernel, family, args.netns, live)))
+    cleanup.refuse_if_blocked([s for *_, surveys in work for s in surveys])
+    if interrupted.is_set():
+        return _interrupted("nothing was written, the node is unchanged")
+    for n, (family, kernel, p, surveys) in enumerate(work):
+        rest = "".join(f"; {f.value}: not started" for f, *_ in work[n + 1:])
+        if isinstance(kernel, IptablesKernel):
+            kernel.stop = interrupted.is_set
+        if p.empty:
+            print(f"netkit: {family.value}: already in sync", file=sys.stderr)
+        else:
+            if p.stats().written >= LONG_APPLY:
+                print(f"netkit: {family.value}: writing ({p.stats()}) …", file=sys.stderr, flush=True)
+            try:
                 kernel.apply(p)
-                print(f"netkit: {family.value}: applied ({p.stats()})", file=sys.stderr)
-            if any(not s.empty for s in surveys):
-                cleanup.execute(surveys)
-                removed = "; ".join(d for s in surveys for d in s.describe())
-                print(f"netkit: {family.value}: removed what other modes left: {removed}", file=sys.stderr)
-        return 0
+            except ApplyInterrupted as exc:
+                return _interrupted(f"{family.value}: {exc.state}{rest}")
+            print(f"netkit: {family.value}: applied ({p.stats()})", file=sys.stderr)
+        stale = any(not s.empty for s in surveys)
+        if interrupted.is_set() and (stale or rest):
+            left = ", other modes' rules not yet removed" if stale else ""
+            return _interrupted(f"{family.value}: applied{left}{rest}")
+        if stale:
+            cleanup.execute(surveys)
+            removed = "; ".join(d for s in surveys for d in s.describe())
+            print(f"netkit: {family.value}: removed what other modes left: {removed}", file=sys.stderr)
+    if interrupted.is_set():
+        print("netkit: interrupted after everything was written: nothing is left to do", file=sys.stderr)
+        return 130
+    return 0
 
-    return with_backend(inputs.config.mode, run)
+
+def _interrupted(state: str) -> int:
+    print(f"netkit: interrupted: {state}. Run the same `netkit apply` again to finish.", file=sys.stderr)
+    return 130
+
+
+@contextlib.contextmanager
+def deferred_sigint() -> Iterator[threading.Event]:
+    """SIGINT sets the event instead of raising KeyboardInterrupt, so the work in progress can reach
+    a safe point (only the main thread can take signals; elsewhere the event is never set)."""
+    event = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield event
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: event.set())
+    try:
+        yield event
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _leftovers(mode: str, kernel: object, family: IPFamily, netns: str | None, live: object) -> list[Survey]:

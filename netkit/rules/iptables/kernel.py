@@ -79,8 +79,8 @@ class IptablesKernel:
     def _save_lines(self, tables: tuple[str, ...]) -> Iterator[str]:
         for table in tables:
             argv = wrap([self.tool("save"), "-t", table], self.netns)
-            with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  bufsize=1 << 20) as proc:
+            with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, bufsize=1 << 20, process_group=0) as proc:
                 assert proc.stdout is not None and proc.stderr is not None
                 yield from proc.stdout
                 err = proc.stderr.read()
