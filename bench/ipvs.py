@@ -5,10 +5,10 @@ For N services × E endpoints (bench/compile.py's objects; every tenth service a
 is built the daemon's way (StateBuilder: unchanged services keep their objects), then for each of
 `--changes` changes, one endpoint removed from a different service:
 
-- incremental: the IPVS `Compiler` (memo per service port) + `plan(only=changed_since(...))`,
-  what the daemon does;
+- incremental: the IPVS backend's remembering compiler (memo per service port) and its `plan`,
+  which compares only what the compiler says can differ: what the daemon does;
 - full: a fresh `compile` + `plan` comparing everything (the baseline: what a sync cost before);
-- iptables: the iptables memo compiler + its `only=` plan for the same change (a reference).
+- iptables: the iptables backend's remembering compiler and plan for the same change (a reference).
 
 Prints medians and the ratios incremental / full and incremental / iptables. Pure computation, no
 kernel (IPVS is not in this host's kernel). Targets: none timed; the issue asks that a sync cost
@@ -34,10 +34,10 @@ from compile import CONFIG, objects  # noqa: E402  (bench/compile.py: the same o
 
 from netkit.model import IPFamily, NodeState, Objects  # noqa: E402
 from netkit.model.state import StateBuilder  # noqa: E402
-from netkit.rules.iptables import compile as ipt_compile  # noqa: E402
-from netkit.rules.iptables import plan as ipt_plan  # noqa: E402
+from netkit.rules.iptables import backend as IPTABLES  # noqa: E402
 from netkit.rules.ipvs import compile as ipvs_compile  # noqa: E402
 from netkit.rules.ipvs import plan as ipvs_plan  # noqa: E402
+from netkit.rules.ipvs.backend import BACKEND as IPVS  # noqa: E402
 
 T = TypeVar("T")
 V4 = IPFamily.IPV4
@@ -71,16 +71,15 @@ def measure(n: int, e: int, changes: int) -> dict[str, float]:
     seq = states(n, e, changes)
     times: dict[str, list[float]] = {k: [] for k in ("inc_compile", "inc_plan", "full_compile", "full_plan",
                                                       "ipt_compile", "ipt_plan")}
-    ipvs_c = ipvs_compile.Compiler(CFG, V4)
-    ipt_c = ipt_compile.Compiler(CFG, V4)
+    ipvs_c = IPVS.compiler(CFG, V4)
+    ipt_c = IPTABLES.compiler(CFG, V4)
     (prev, first_s) = timed(lambda: ipvs_c.compile(seq[0]))
     ipt_prev = ipt_c.compile(seq[0])
     for st in seq[1:]:
         desired, t = timed(lambda: ipvs_c.compile(st))  # noqa: B023 (called at once)
         times["inc_compile"].append(t)
-        hint = ipvs_c.changed_since(prev)
-        assert hint is not None
-        p, t = timed(lambda: ipvs_plan.plan(prev, desired, only=hint))  # noqa: B023
+        assert desired.since is not None and desired.since.applies_to(prev)
+        p, t = timed(lambda: IPVS.plan(prev, desired))  # noqa: B023
         times["inc_plan"].append(t)
         fresh, t = timed(lambda: ipvs_compile.compile(st, CFG, V4))  # noqa: B023
         times["full_compile"].append(t)
@@ -89,8 +88,7 @@ def measure(n: int, e: int, changes: int) -> dict[str, float]:
         assert p == full and not p.empty, "the hint changed the plan"
         ipt_desired, t = timed(lambda: ipt_c.compile(st))  # noqa: B023
         times["ipt_compile"].append(t)
-        ipt_hint = ipt_c.changed_since(ipt_prev)
-        _, t = timed(lambda: ipt_plan.plan(ipt_prev, ipt_desired, only=ipt_hint))  # noqa: B023
+        _, t = timed(lambda: IPTABLES.plan(ipt_prev, ipt_desired))  # noqa: B023
         times["ipt_plan"].append(t)
         prev, ipt_prev = desired, ipt_desired
     out = {k: statistics.median(v) * 1000 for k, v in times.items()}

@@ -100,7 +100,7 @@ def compile_port(ctx: Context, sp: ServicePortState, mark: int) -> Part:
     entries: dict[str, set[str]] = {}
     add_set_entries(entries, sp, mine, ctx.family)
     addresses = tuple(dict.fromkeys((sp.cluster_ip, *sp.external_ips, *sp.load_balancer_ips)))
-    flat = [(base, e) for base, es in entries.items() for e in sorted(es)]
+    flat = [(base, e) for base, es in entries.items() for e in es]
     flat += [(n.IPVS_IPS, str(a)) for a in addresses]
     mangle = mark_rules(sp, mark, ctx.node_ips, ctx.config, ctx.family) if mark else ()
     return Part(tuple(mine), tuple(flat), addresses, mangle)
@@ -166,7 +166,7 @@ class Compiler:
             self._remove(ident, part, t)
         self._memo = memo
         if fresh:
-            self._sorted.sort(key=_sort_key)
+            self._sorted = sorted(self._services.values(), key=_sort_key)
         before = self._result
         result = self._build(t, fresh)
         self._changes = None if fresh else Changes(
@@ -202,6 +202,13 @@ class Compiler:
     def _count(self, part: Part, delta: int, t: _Touched) -> None:
         """Reference counts of set entries and addresses; a set (the addresses) is touched when an
         entry (an address) comes (0 → 1) or goes (1 → 0)."""
+        if t.bulk and delta > 0:  # a fresh compile rebuilds every set: only the counts matter
+            for base, entry in part.entries:
+                c = self._entries[base]
+                c[entry] = c.get(entry, 0) + 1
+            for a in part.addresses:
+                self._addresses[a] = self._addresses.get(a, 0) + 1
+            return
         flips = 1 if delta > 0 else 0
         for base, entry in part.entries:
             c = self._entries[base]
@@ -227,9 +234,7 @@ class Compiler:
         cur = self._services.get(k)
         if cur is None:
             self._services[k] = vs
-            if t.bulk:
-                self._sorted.append(vs)  # sorted once at the end
-            else:
+            if not t.bulk:  # a fresh compile sorts them all once at the end
                 insort(self._sorted, vs, key=_sort_key)
             return
         contenders = self._contenders.setdefault(k, [cur])
@@ -252,9 +257,7 @@ class Compiler:
     def _crown(self, k: VSKey, vs: VirtualServer, t: _Touched) -> None:
         """`vs` is now the virtual server of key `k` (which stays)."""
         self._services[k] = vs
-        if t.bulk:
-            self._sorted[next(i for i, x in enumerate(self._sorted) if x.key == k)] = vs
-        else:
+        if not t.bulk:
             self._sorted[bisect_left(self._sorted, k.sort_key, key=_sort_key)] = vs
 
     def _build(self, t: _Touched, fresh: bool) -> Ruleset:
@@ -383,9 +386,9 @@ def add_set_entries(entries: dict[str, set[str]], sp: ServicePortState, mine: Se
             add(n.NODE_PORT_LOCAL.format(proto=sp.protocol.value), str(sp.node_port))
     if sp.health_check_node_port:
         add(n.HEALTH_CHECK_NODE_PORT, str(sp.health_check_node_port))
-    reals = {rs for vs in mine for rs in vs.reals}
-    if reals:
-        add(n.LOOP_BACK, *(f"{rs.ip},{proto}:{rs.port},{rs.ip}" for rs in reals))
+    distinct = {id(vs.reals): vs.reals for vs in mine if vs.reals}  # the virtual servers share their tuples
+    for reals in distinct.values():
+        add(n.LOOP_BACK, *(f"{ip},{proto}:{rs.port},{ip}" for rs in reals for ip in (str(rs.ip),)))
 
 
 def mark_rules(sp: ServicePortState, mark: int, node_ips: Sequence[IPAddress], config: Config,
