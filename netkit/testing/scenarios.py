@@ -501,7 +501,7 @@ def spawn_daemon(env: Env) -> Spawned:
     return Spawned(proc, log)
 
 
-async def wait_rules(env: Env, spawned: Spawned, timeout: float = 30.0) -> None:
+async def wait_rules(env: Env, spawned: Spawned, timeout: float = 60.0) -> None:
     """Until the daemon logged a sync and web answers through node A's rules."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -516,7 +516,7 @@ async def wait_rules(env: Env, spawned: Spawned, timeout: float = 30.0) -> None:
     raise AssertionError(f"netkit run did not sync in time: {spawned.log.read_text(errors='replace')[-2000:]}")
 
 
-async def kill_when_writing(spawned: Spawned, timeout: float = 20.0, cpu: float = 0.08) -> bool:
+async def kill_when_writing(spawned: Spawned, timeout: float = 30.0, cpu: float = 0.08) -> bool:
     """SIGKILL `proc` as soon as it runs a child (iptables-restore, nft), or — for a backend that
     writes in-process (libnftables) — once it has spent `cpu` seconds on the change; False if neither
     happened in time."""

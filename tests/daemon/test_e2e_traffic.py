@@ -36,7 +36,7 @@ def lab() -> Iterator[Lab]:
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_no_connection_is_lost_or_misrouted(lab: Lab, name: str) -> None:
-    tallies = run(SCENARIOS[name](lab, "iptables", RATE, HOLD), timeout=90)
+    tallies = run(SCENARIOS[name](lab, "iptables", RATE, HOLD), timeout=150)
     for target, t in tallies.items():
         assert t.attempted > 5 and t.answered > 0, (target, str(t))
         assert t.ok, f"{name}, {target}: {t}; e.g. {list(t.examples)}"
