@@ -1,7 +1,16 @@
 """The pure model: Kubernetes objects as validated frozen values, and the node-local NodeState."""
 
 from netkit.model.k8s import from_k8s, list_items
-from netkit.model.state import EndpointAddr, NodeInfo, NodeState, ServicePortName, ServicePortState, build
+from netkit.model.state import (
+    EndpointAddr,
+    NodeInfo,
+    NodeState,
+    ServicePortName,
+    ServicePortState,
+    Traffic,
+    Verdict,
+    build,
+)
 from netkit.model.types import (
     EndpointSlice,
     IPFamily,
@@ -15,5 +24,6 @@ from netkit.model.types import (
 
 __all__ = [
     "EndpointAddr", "EndpointSlice", "IPFamily", "Node", "NodeInfo", "NodeState", "ObjectRef", "Objects",
-    "Pod", "Protocol", "Service", "ServicePortName", "ServicePortState", "build", "from_k8s", "list_items",
+    "Pod", "Protocol", "Service", "ServicePortName", "ServicePortState", "Traffic", "Verdict", "build", "from_k8s",
+    "list_items",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from netkit.model.types import (
     AddressType,
@@ -68,6 +69,25 @@ class NodeInfo:
     ips: tuple[IPAddress, ...] = ()
 
 
+class Verdict(Enum):
+    """What happens to traffic that has no endpoint to go to."""
+
+    REJECT = "reject"  # no usable endpoint anywhere: refused at once (ICMP unreachable / TCP reset)
+    DROP = "drop"  # a Local policy with no endpoint on this node: dropped (clients retry while the
+    # load balancer's health check, which sees no local endpoint, steers them elsewhere)
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """Where one kind of traffic to a service port goes, decided once here for every backend:
+    `endpoints` (this node's own when `local`, i.e. the traffic policy is Local; already narrowed by
+    topology hints and the ready / serving-terminating fallback), or a `verdict` when there are none."""
+
+    endpoints: tuple[EndpointAddr, ...] = ()
+    local: bool = False
+    verdict: Verdict | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ServicePortState:
     name: ServicePortName
@@ -102,6 +122,26 @@ class ServicePortState:
     @property
     def uses_local_endpoints(self) -> bool:
         return self.internal_policy_local or (self.externally_accessible and self.external_policy_local)
+
+    @property
+    def internal(self) -> Traffic:
+        """Traffic from pods and from the node to the clusterIP (internalTrafficPolicy)."""
+        return self._traffic(self.internal_policy_local)
+
+    @property
+    def external(self) -> Traffic:
+        """Traffic to the nodePort, external IPs and load-balancer IPs (externalTrafficPolicy).
+        Pods and the node itself reaching those addresses use the cluster endpoints even with a
+        Local policy, as in kube-proxy: that short-circuit is the backend's routing, not a policy."""
+        return self._traffic(self.external_policy_local)
+
+    def _traffic(self, local: bool) -> Traffic:
+        if not self.has_endpoints:
+            return Traffic(local=local, verdict=Verdict.REJECT)
+        endpoints = self.local_endpoints if local else self.cluster_endpoints
+        if not endpoints:
+            return Traffic(local=local, verdict=Verdict.DROP)
+        return Traffic(endpoints, local)
 
     @property
     def reachable_endpoints(self) -> tuple[EndpointAddr, ...]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from netkit.model import IPFamily, build
+from netkit.model import IPFamily, Traffic, Verdict, build
 from tests.factories import endpoint, node, objects, service, slice_
 
 A, B = "node-a", "node-b"
@@ -123,3 +123,36 @@ def test_a_service_given_twice_counts_once_and_the_last_wins() -> None:
     objs = objects(service(ip="10.96.0.10"), service(ip="10.96.0.20"), slice_(endpoints=[endpoint("10.0.0.1")]))
     (port,) = build(objs).ports
     assert str(port.cluster_ip) == "10.96.0.20"
+
+
+def traffic_of(svc_spec: dict[str, object], eps: list[dict[str, object]]) -> tuple[Traffic, Traffic]:
+    state = build(objects(node(), service("web", **svc_spec), slice_("web", endpoints=eps)), "node-a")
+    (port,) = state.ports
+    return port.internal, port.external
+
+
+NODEPORT_LOCAL = {"type": "NodePort", "externalTrafficPolicy": "Local",
+                  "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30080}]}
+
+
+@pytest.mark.parametrize(("spec", "eps", "internal", "external"), [
+    # no endpoint anywhere: both kinds are rejected
+    ({}, [], (0, False, Verdict.REJECT), (0, False, Verdict.REJECT)),
+    # cluster policies: every ready endpoint
+    ({}, [endpoint("10.244.1.1"), endpoint("10.244.2.1", "node-a")], (2, False, None), (2, False, None)),
+    # eTP=Local without an endpoint on this node: external traffic drops, internal goes anywhere
+    (NODEPORT_LOCAL, [endpoint("10.244.1.1")], (1, False, None), (0, True, Verdict.DROP)),
+    # eTP=Local with one here: external traffic uses only it
+    (NODEPORT_LOCAL, [endpoint("10.244.1.1"), endpoint("10.244.2.1", "node-a")], (2, False, None), (1, True, None)),
+    # iTP=Local: internal traffic uses this node's endpoints, none here drops
+    ({"internalTrafficPolicy": "Local"}, [endpoint("10.244.1.1")], (0, True, Verdict.DROP), (0, False, None)),
+    # not ready but serving and terminating: the fallback endpoints are used
+    ({}, [endpoint("10.244.1.1", ready=False, serving=True, terminating=True)], (1, False, None), (1, False, None)),
+])
+def test_the_model_decides_where_each_kind_of_traffic_goes(
+        spec: dict[str, object], eps: list[dict[str, object]],
+        internal: tuple[int, bool, Verdict | None], external: tuple[int, bool, Verdict | None]) -> None:
+    got_internal, got_external = traffic_of(spec, eps)
+    assert (len(got_internal.endpoints), got_internal.local, got_internal.verdict) == internal
+    if spec.get("type") == "NodePort":
+        assert (len(got_external.endpoints), got_external.local, got_external.verdict) == external

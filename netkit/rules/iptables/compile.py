@@ -27,7 +27,7 @@ from ipaddress import IPv4Network, IPv6Network
 from typing import NamedTuple
 
 from netkit.config import Config
-from netkit.model import IPFamily, NodeInfo, NodeState, ServicePortState
+from netkit.model import IPFamily, NodeInfo, NodeState, ServicePortState, Verdict
 from netkit.model.types import IPAddress, IPNetwork
 from netkit.rules.backend import Since
 from netkit.rules.iptables import names as n
@@ -148,12 +148,11 @@ class _Builder:
         ext = n.service_chain("KUBE-EXT-", p.name, p.protocol)
         fw = n.service_chain("KUBE-FW-", p.name, p.protocol)
 
-        has_any = p.has_endpoints
-        internal_chain, has_internal = (svl, bool(p.local_endpoints)) if p.internal_policy_local else (svc, has_any)
-        external_policy_chain, has_external = (
-            (svl, bool(p.local_endpoints)) if p.external_policy_local else (svc, has_any))
-        has_internal = has_internal and has_any
-        has_external = has_external and has_any
+        # The model decided where each kind of traffic goes (ServicePortState.internal / .external).
+        internal, external = p.internal, p.external
+        has_any = internal.verdict is not Verdict.REJECT
+        internal_chain, has_internal = (svl if internal.local else svc), internal.verdict is None
+        external_policy_chain, has_external = (svl if external.local else svc), external.verdict is None
         uses_ext = has_any and p.externally_accessible
         uses_fw = has_any and bool(p.load_balancer_ips) and bool(p.source_ranges)
         lb_target = fw if uses_fw else ext

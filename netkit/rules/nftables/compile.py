@@ -57,7 +57,7 @@ from dataclasses import replace
 
 from netkit.config import Config
 from netkit.errors import NetkitError
-from netkit.model import EndpointAddr, IPFamily, NodeState, ServicePortState
+from netkit.model import EndpointAddr, IPFamily, NodeState, ServicePortState, Traffic, Verdict
 from netkit.model.types import IPAddress, IPNetwork
 from netkit.rules.nftables import names as n
 from netkit.rules.nftables.ruleset import (
@@ -293,9 +293,10 @@ def service_port(ctx: Ctx, p: ServicePortState) -> tuple[Elements, list[Chain], 
     """The elements, chains and affinity sets one service port contributes."""
     cluster = n.service_object("svc", p) if p.uses_cluster_endpoints and p.cluster_endpoints else None
     local = n.service_object("local", p) if p.uses_local_endpoints and p.local_endpoints else None
-    internal = local if p.internal_policy_local else cluster
-    external = local if p.external_policy_local else cluster
-    ext = n.service_object("ext", p) if p.has_endpoints and p.externally_accessible else None
+    # The model decided where each kind of traffic goes (ServicePortState.internal / .external).
+    internal, external = chain_for(p.internal, cluster, local), chain_for(p.external, cluster, local)
+    rejects = p.internal.verdict is Verdict.REJECT
+    ext = n.service_object("ext", p) if not rejects and p.externally_accessible else None
     chains: list[Chain] = []
     maps: list[NamedSet] = []
     chosen: Elements = []
@@ -326,8 +327,16 @@ def ip_key(p: ServicePortState, ip: IPAddress) -> str:
     return f"{ip} . {p.protocol.lower} . {p.port}"  # at most a few per service: no memo needed
 
 
+def chain_for(traffic: Traffic, cluster: str | None, local: str | None) -> str | None:
+    """The endpoint chain one kind of traffic goes to, None when it has a verdict instead."""
+    if traffic.verdict is not None:
+        return None
+    return local if traffic.local else cluster
+
+
 def no_endpoints_verdict(p: ServicePortState) -> str:
-    return "drop" if p.has_endpoints else f"goto {n.REJECT_CHAIN}"
+    """The verdict of traffic without endpoints: reject is not a verdict in nft, hence the goto."""
+    return "drop" if p.internal.verdict is not Verdict.REJECT else f"goto {n.REJECT_CHAIN}"
 
 
 def internal_elements(ctx: Ctx, p: ServicePortState, internal: str | None) -> Elements:
