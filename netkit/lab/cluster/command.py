@@ -265,7 +265,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    ids = [chosen(args).cluster_id] if args.cluster or len(state.known_ids()) == 1 else state.known_ids()
+    ids = [chosen(args).cluster_id] if args.cluster else state.known_ids()  # also broken ones
     rows = [status_of(cid) for cid in ids]
     if args.output == "json":
         print(json.dumps(rows, indent=2))
