@@ -652,7 +652,8 @@ def _report_unused(d: _Doc, mode: str) -> None:
     """Set values netkit does not act on, and mode sections the active mode does not read."""
     for spec in KPC_FIELDS:
         value = d.values.get(spec.path)
-        if spec.use is Use.REPORTED and value not in (None, "", False, {}, ()) and spec.path != "oomScoreAdj":
+        if spec.use is Use.REPORTED and value not in (None, "", False, {}, ()) and \
+                not (spec.path == "oomScoreAdj" and value == DEFAULTS["oomScoreAdj"]):
             d.warn(spec.path, f"set, but netkit does not act on it: {spec.netkit}")
     reads = {"iptables": {"iptables"}, "ipvs": {"ipvs", "iptables.masquerade"}, "nftables": {"nftables"}}[mode]
     for spec in KPC_FIELDS:

@@ -226,6 +226,7 @@ def test_each_field_has_its_effect(body: str, attr: str, expected: object) -> No
     "portRange: 30000-32767\n", "winkernel: {enableDSR: true}\n", "windowsRunAsService: true\n",
     "iptables: {snatNodeInternalIP: true}\n", "clientConnection: {acceptContentTypes: application/json}\n",
     "clientConnection: {contentType: application/yaml}\n", "logging: {vmodule: [{filePattern: x, verbosity: 2}]}\n",
+    "oomScoreAdj: -500\n",
 ])
 def test_fields_netkit_does_not_act_on_are_reported_when_set(body: str) -> None:
     cfg = load(body)
