@@ -52,6 +52,7 @@ from netkit.dns.view import Options, PodMode, build
 from netkit.errors import NetkitError, listening
 from netkit.sources.store import Store
 
+_REPORTED: set[str] = set()  # invalid objects already reported
 REBUILD_INTERVAL = 0.2  # seconds between the starts of two view builds at most
 PLUGINS = ("cache", "errors", "forward", "health", "kubernetes", "loop", "prometheus", "ready")
 
@@ -255,7 +256,11 @@ async def _first(wanted: Coroutine[Any, Any, Any], feed: asyncio.Task[None],
 
 
 def _report(store: Store) -> None:
-    _say(*(f"invalid object left out: {p}" for p in store.problems.values()))
+    """Say each invalid object once, not again on every change of the cluster."""
+    for problem in map(str, store.problems.values()):
+        if problem not in _REPORTED:
+            _REPORTED.add(problem)
+            _say(f"invalid object left out: {problem}")
 
 
 async def _check_loops(server: DnsServer) -> None:
