@@ -64,6 +64,8 @@ class Compiler:
         self._counts: dict[str, dict[Element, int]] = {}  # shared set → element → contributors
         self._shared: dict[str, NamedSet] = {}  # the shared sets with their elements, as last built
         self._chains: dict[str, Chain] = {}  # every port's chains by name
+        self._order: list[str] | None = None  # every chain's name (fixed and ports'), sorted
+        self._renamed: set[str] = set()  # port chains dropped or added since the order was made
         self._own: dict[str, NamedSet] = {}  # every port's own sets by name
         self._fixed: Part | None = None
         self._last: Ruleset | None = None
@@ -98,7 +100,9 @@ class Compiler:
         before = self._fixed
         fixed = self._fixed_part(ctx, state)
         sets = self._shared_sets(fixed, touched, fixed is before)
-        result = Ruleset.of(ctx.ip, [*sets, *self._own.values()], [*fixed.chains, *self._chains.values()])
+        chains = self._sorted_chains(fixed)
+        result = Ruleset.of(ctx.ip, [*sets, *self._own.values()], ())
+        result = Ruleset(result.family, result.table, result.sets, chains)
         index = Parts(fixed, {e.label: e.part for e in parts if e.part is not None}, result.sets, result.chains)
         since = None
         if self._last is not None and not fresh:
@@ -106,6 +110,15 @@ class Compiler:
         result = Ruleset(result.family, result.table, result.sets, result.chains, index, since)
         self._last = result
         return result
+
+    def _sorted_chains(self, fixed: Part) -> tuple[Chain, ...]:
+        """Every chain in name order. The order is sorted again only when a chain name came or went
+        (a port's chain dropped and added back under its name leaves it as it was)."""
+        by_name = {**{ch.name: ch for ch in fixed.chains}, **self._chains}
+        if self._order is None or self._renamed or len(self._order) != len(by_name):
+            self._order = sorted(by_name)
+            self._renamed = set()
+        return tuple(map(by_name.__getitem__, self._order))
 
     # ── slots ──
 
@@ -144,6 +157,7 @@ class Compiler:
         for chain in part.chains:
             if self._chains.get(chain.name) is chain:
                 del self._chains[chain.name]
+                self._renamed.symmetric_difference_update((chain.name,))
         for st in part.sets:
             if self._own.get(st.name) is st:
                 del self._own[st.name]
@@ -161,6 +175,8 @@ class Compiler:
         if part is None:
             return
         for chain in part.chains:
+            if chain.name not in self._chains:
+                self._renamed.symmetric_difference_update((chain.name,))
             self._chains[chain.name] = chain
         for st in part.sets:
             self._own[st.name] = st
