@@ -2,9 +2,9 @@
 
 `keep_live(backend, live, desired, services)` is `desired` with the parts of `services`
 ("namespace/name") taken from the live dump, so a plan made from it neither removes nor changes
-them. Each mode that can do this (iptables, nftables) exposes `keep(live, desired, services)` in its
-package's `keep` module; for a mode without one (IPVS), a kept Service that has live rules is an
-error (nothing is changed), never a silent removal. `kept_ports` names the service ports concerned, for the report.
+them. Each mode exposes `keep(live, desired, services)` in its package's `keep` module (iptables,
+nftables, ipvs); for a mode without one, a kept Service that has live rules is an error (nothing is
+changed), never a silent removal. `kept_ports` names the service ports concerned, for the report.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import cast
 from netkit.errors import NetkitError
 from netkit.rules.backend import Backend, P, R
 
-_MODULES = {"iptables": "netkit.rules.iptables.keep", "nftables": "netkit.rules.nftables.keep"}
+_MODULES = {"iptables": "netkit.rules.iptables.keep", "nftables": "netkit.rules.nftables.keep",
+            "ipvs": "netkit.rules.ipvs.keep"}
 
 
 def kept_ports(summary: Mapping[str, tuple[str, ...]], services: Collection[str]) -> list[str]:

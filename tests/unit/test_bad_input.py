@@ -271,3 +271,52 @@ def test_daemon_log_line_for_unparsable_file(tmp_path: Path, caplog: pytest.LogC
     assert [r.getMessage() for r in caplog.records if "invalid" in r.getMessage()] == [
         f"{f}:5:13: invalid YAML: mapping values are not allowed in this context; keeping its last good version"]
     assert [s.ref.name for s in store.objects().services] == ["web"]
+
+
+# --- 3 in IPVS mode (no IPVS in this kernel: the fake kernel; tests/vm has the real one) ----------
+
+
+def _ipvs_state(*docs: dict[str, object]):  # type: ignore[no-untyped-def]
+    loaded = load(["-"], stdin_text=dump(*docs))
+    return build(loaded.objects, "node-a"), loaded.problems
+
+
+@pytest.mark.parametrize("broken", ["service", "slice"])
+def test_ipvs_keeps_the_live_virtual_servers_of_invalid_input(broken: str) -> None:
+    from netkit.config import Config
+    from netkit.model import IPFamily
+    from netkit.rules.ipvs.compile import compile as ipvs_compile
+    from netkit.rules.ipvs.fake import FakeKernel
+    from netkit.rules.ipvs.plan import plan
+    from netkit.rules.keep import keep_live
+    from netkit.rules.registry import backend
+
+    cfg, v4 = Config(mode="ipvs"), IPFamily.IPV4
+    eps = {"ports": [{"name": "http", "port": 8080}]}
+    good, _ = _ipvs_state(service("web"), slice_("web", endpoints=[endpoint("10.244.1.5")], **eps),
+                          service("api", ip="10.96.0.11"), slice_("api", endpoints=[endpoint("10.244.1.6")], **eps))
+    kernel = FakeKernel(v4)
+    kernel.apply(plan(kernel.dump(), ipvs_compile(good, cfg, v4)))
+    before = {str(vs.key): vs for vs in kernel.dump().services}
+    api = "tcp 10.96.0.11:80"
+    assert [r.ip for r in before[api].reals] == [ip("10.244.1.6")]
+    bad_api = [service("api", ip="10.96.0.11", ports=[{"name": "http", "port": 99999}]),
+               slice_("api", endpoints=[endpoint("10.244.1.6")], **eps)]
+    if broken == "slice":
+        bad_api = [service("api", ip="10.96.0.11"), slice_("api", endpoints=[endpoint("10.244.1.300")])]
+    new, problems = _ipvs_state(service("web"), slice_("web", endpoints=[endpoint("10.244.1.7")], **eps), *bad_api)
+    assert {p.service for p in problems} == {"default/api"}
+    live = kernel.dump()
+    desired = keep_live(backend("ipvs"), live, ipvs_compile(new, cfg, v4), {"default/api"})
+    kernel.apply(plan(live, desired))
+    after = {str(vs.key): vs for vs in kernel.dump().services}
+    assert after[api] == before[api]  # the same virtual server, the same real servers
+    assert [r.ip for r in after["tcp 10.96.0.10:80"].reals if r.weight] == [ip("10.244.1.7")]
+    assert ip("10.96.0.11") in kernel.dump().addresses
+    assert plan(kernel.dump(), keep_live(backend("ipvs"), kernel.dump(), ipvs_compile(new, cfg, v4),
+                                         {"default/api"})).empty
+
+
+def ip(text: str):  # type: ignore[no-untyped-def]
+    from ipaddress import ip_address
+    return ip_address(text)
