@@ -121,3 +121,15 @@ def test_the_result_carries_its_index_and_what_can_differ() -> None:
     assert second.since is not None and second.since.applies_to(first)
     assert second._index is not None  # handed over by the compiler, not rebuilt on first use
     assert BACKEND.plan(first, second) == plan(first, second)
+
+
+def test_an_entry_that_goes_and_comes_back_in_one_compile_is_no_change() -> None:
+    """The remove-then-add order (a port whose mark moved, or whose object's id was reused)."""
+    from netkit.rules.ipvs.compile import _Touched
+
+    t = _Touched()
+    t.flip("KUBE-LOOP-BACK", "a", present=False)
+    t.flip("KUBE-LOOP-BACK", "a", present=True)
+    assert not t.sets and not t.came["KUBE-LOOP-BACK"] and not t.went["KUBE-LOOP-BACK"]
+    t.flip("KUBE-LOOP-BACK", "b", present=True)
+    assert t.sets == {"KUBE-LOOP-BACK"} and t.came["KUBE-LOOP-BACK"] == {"b"}

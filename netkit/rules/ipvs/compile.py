@@ -93,6 +93,9 @@ class Changes:
     sets: frozenset[str] = frozenset()  # set names
     addresses: bool = False
     chains: frozenset[str] = frozenset()  # iptables chains
+    # set name → (entries that came, entries that went): exact, so the planner need not compare the
+    # sets (KUBE-LOOP-BACK holds an entry per endpoint)
+    entries: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
 
 def compile_port(ctx: Context, sp: ServicePortState, mark: int) -> Part:
@@ -113,6 +116,21 @@ class _Touched:
     addresses: bool = False
     mangle: bool = False
     bulk: bool = False  # a fresh compile: virtual servers are sorted once at the end
+    came: dict[str, set[str]] = field(default_factory=dict)  # set base name → entries new in it
+    went: dict[str, set[str]] = field(default_factory=dict)  # … and gone from it
+
+    def flip(self, base: str, entry: str, present: bool) -> None:
+        """An entry came (present) or went; one that goes and comes back in one compile is no change."""
+        came, went = self.came.setdefault(base, set()), self.went.setdefault(base, set())
+        undo, do = (went, came) if present else (came, went)
+        if entry in undo:
+            undo.discard(entry)
+        else:
+            do.add(entry)
+        if came or went:
+            self.sets.add(base)
+        else:
+            self.sets.discard(base)
 
 
 class Compiler:
@@ -171,7 +189,8 @@ class Compiler:
         result = self._build(t, fresh)
         self._changes = None if fresh else Changes(
             frozenset(t.services), frozenset(n.set_name(b, self.family) for b in t.sets), t.addresses,
-            frozenset({n.INTERNAL_MARK}) if t.mangle else frozenset())
+            frozenset({n.INTERNAL_MARK}) if t.mangle else frozenset(),
+            {n.set_name(b, self.family): (frozenset(t.came[b]), frozenset(t.went[b])) for b in t.sets})
         if self._changes is not None and before is not None:  # what the planner needs to know, on the result
             result = with_index(replace(result, since=Since(weakref.ref(before), self._changes)), result.index)
         self._before_last, self._result = before, result
@@ -214,7 +233,7 @@ class Compiler:
             c = self._entries[base]
             now = c[entry] + delta
             if now == flips:
-                t.sets.add(base)
+                t.flip(base, entry, delta > 0)
             if now:
                 c[entry] = now
             else:

@@ -97,7 +97,7 @@ def plan(committed: Ruleset, desired: Ruleset, *, only: Changes | None = None) -
     payload = ipt_plan.plan(committed.iptables, desired.iptables, only=None if only is None else only.chains)
     base = Plan(desired.family, add_addresses=_sorted_ips(added), del_addresses=_sorted_ips(gone),
                 iptables=None if payload.empty else payload)
-    sets = _plan_sets(committed.sets, desired.sets, base, None if only is None else only.sets)
+    sets = _plan_sets(committed.sets, desired.sets, base, only)
     return _plan_services(committed, desired, sets, None if only is None else only.services)
 
 
@@ -105,16 +105,18 @@ def _sorted_ips(ips: frozenset[IPAddress]) -> tuple[IPAddress, ...]:
     return tuple(sorted(ips, key=lambda a: (a.version, int(a))))
 
 
-def _plan_sets(now: tuple[IPSet, ...], want: tuple[IPSet, ...], p: Plan, only: frozenset[str] | None) -> Plan:
+def _plan_sets(now: tuple[IPSet, ...], want: tuple[IPSet, ...], p: Plan, only: Changes | None) -> Plan:
     old = {s.name: s for s in now}
     new = {s.name: s for s in want}
     add: list[tuple[str, str]] = []
     delete: list[tuple[str, str]] = []
     for name in sorted(old.keys() & new.keys()):
-        if old[name] is new[name] or (only is not None and name not in only):
+        if old[name] is new[name] or (only is not None and name not in only.sets):
             continue
-        add += [(name, e) for e in sorted(new[name].entries - old[name].entries)]
-        delete += [(name, e) for e in sorted(old[name].entries - new[name].entries)]
+        came, went = only.entries[name] if only is not None and name in only.entries else (
+            new[name].entries - old[name].entries, old[name].entries - new[name].entries)
+        add += [(name, e) for e in sorted(came)]
+        delete += [(name, e) for e in sorted(went)]
     return replace(p, create_sets=tuple(new[k] for k in sorted(new.keys() - old.keys())), add_entries=tuple(add),
                    del_entries=tuple(delete), destroy_sets=tuple(sorted(old.keys() - new.keys())))
 
