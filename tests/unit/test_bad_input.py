@@ -320,3 +320,17 @@ def test_ipvs_keeps_the_live_virtual_servers_of_invalid_input(broken: str) -> No
 def ip(text: str):  # type: ignore[no-untyped-def]
     from ipaddress import ip_address
     return ip_address(text)
+
+
+def test_dns_answers_from_slices_over_endpoints_too() -> None:
+    """netkit dns (and run --dns-listen) build their view from the same objects: a headless Service's
+    records come from its EndpointSlices only when it has any."""
+    from netkit.dns.view import Options
+    from netkit.dns.view import build as build_view
+
+    headless = service("web", ip="None")
+    web_slice = slice_("web", endpoints=[endpoint("10.244.1.1")], ports=[{"name": "http", "port": 8080}])
+    loaded = load(["-"], stdin_text=dump(headless, ENDPOINTS, web_slice))
+    view = build_view(loaded.objects, Options())
+    hosts = view.services[("default", "web")].hosts
+    assert sorted(str(a) for h in hosts.values() for a in h.addresses) == ["10.244.1.1"]
