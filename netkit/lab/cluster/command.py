@@ -15,8 +15,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from netkit.lab.cluster import lifecycle, nodehttp, state
-from netkit.lab.cluster.api import Api
+from netkit.lab.cluster import state
 from netkit.lab.cluster.plan import APP_DEPLOY, MAX_NODES, OUTSIDE_IP, Cluster
 from netkit.lab.errors import LabError
 
@@ -134,6 +133,8 @@ def chosen(args: argparse.Namespace) -> state.Record:
 # --- verbs ---------------------------------------------------------------------------------------------
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from netkit.lab.cluster import lifecycle  # here, not at the top: every netkit command builds this parser
+
     started = time.monotonic()
     record = lifecycle.up(args.nodes, args.mode, args.pods_per_node, timeout=args.timeout, cluster_id=args.id or "")
     seconds = time.monotonic() - started
@@ -165,6 +166,8 @@ def layout(c: Cluster) -> dict[str, Any]:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
+    from netkit.lab.cluster import lifecycle  # here, not at the top: every netkit command builds this parser
+
     lifecycle.need_root()
     if args.all:
         for cid in lifecycle.down_all():
@@ -187,6 +190,8 @@ def cmd_kubeconfig(args: argparse.Namespace) -> int:
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
+    from netkit.lab.cluster import lifecycle  # here, not at the top: every netkit command builds this parser
+
     lifecycle.need_root()
     cid = chosen(args).cluster_id
     changed = lifecycle.scale(cid, args.deploy, args.replicas, create=args.create)
@@ -197,6 +202,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
+    from netkit.lab.cluster import lifecycle  # here, not at the top: every netkit command builds this parser
+
     lifecycle.need_root()
     cid = chosen(args).cluster_id
     changed = lifecycle.drain(cid, args.node)
@@ -221,6 +228,8 @@ def target_netns(c: Cluster, target: str) -> tuple[str, dict[str, str]]:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
+    from netkit.lab.cluster import lifecycle  # here, not at the top: every netkit command builds this parser
+
     lifecycle.need_root()
     record = chosen(args)
     netns, env = target_netns(record.cluster, args.target)
@@ -252,6 +261,8 @@ def entry_node(c: Cluster, source: str, to: str, node: str) -> tuple[str, str, s
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
+    from netkit.lab.cluster import lifecycle  # here, not at the top: every netkit command builds this parser
+
     lifecycle.need_root()
     c = chosen(args).cluster
     if c.mode == "ipvs":
@@ -278,6 +289,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def status_of(cid: str) -> dict[str, Any]:
+    from netkit.lab.cluster import lifecycle, nodehttp
+    from netkit.lab.cluster.api import Api
+
     record = state.load(cid)
     if record is None:
         return {"id": cid, "state": "broken (no record): netkit lab cluster down --all"}

@@ -43,7 +43,7 @@ from netkit.testing.apiserver import TestApiServer
 from netkit.testing.apistore import Change, resource_for_kind
 
 JSON = dict[str, Any]
-READY = "ready"
+READY = "ready"  # what lifecycle.READY waits for
 NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 PODS, SERVICES, SLICES = (resource_for_kind(k) for k in ("Pod", "Service", "EndpointSlice"))
 

@@ -28,12 +28,12 @@ from pathlib import Path
 
 from netkit.lab.cluster import build, nodehttp, objects, plan, state
 from netkit.lab.cluster.api import Api
-from netkit.lab.cluster.controlplane import READY
 from netkit.lab.cluster.plan import Cluster, Pod
 from netkit.lab.errors import LabError
 from netkit.lab.lab import sigterm_raises
 from netkit.lab.servers import read_line
 
+READY = "ready"  # the control plane's line once the cluster works (controlplane.READY)
 MODE_TOOLS = {"iptables": ("iptables-restore", "iptables-save"), "nftables": ("nft",), "ipvs": ("ipvsadm",)}
 
 
