@@ -59,7 +59,9 @@ class Config:
     masquerade_bit: int = 14
     masquerade_random_fully: bool = True  # iptables >= 1.6.2 and kernel >= 5.0 have it
     node_port_addresses: tuple[IPNetwork, ...] = ()  # empty: every local address
-    node_port_primary: bool = False  # nodePortAddresses "primary": also the Node's primary IPs
+    # nodePortAddresses "primary": also the Node's primary IPs; None: unset, kube-proxy's default for
+    # the mode (nftables: primary; iptables, ipvs: every address). Read it through `primary_node_ports`.
+    node_port_primary: bool | None = None
     # kube-proxy defaults to True and sets route_localnet=1 on the node; netkit leaves the node's
     # sysctls alone, so localhost NodePorts are off unless the configuration turns them on.
     localhost_nodeports: bool = False
@@ -92,6 +94,13 @@ class Config:
     log_format: str = ""  # "", "text" or "json" (logging.format)
     ignored: tuple[str, ...] = field(default=())  # unknown KubeProxyConfiguration fields, by full path
     warnings: tuple[str, ...] = field(default=())  # everything reported at start (unknown, unused, ...)
+
+    @property
+    def primary_node_ports(self) -> bool:
+        """NodePorts (and health check node ports) on the Node's primary IPs."""
+        if self.node_port_primary is None:
+            return self.mode == "nftables" and not self.node_port_addresses
+        return self.node_port_primary
 
     @property
     def masquerade_mark(self) -> str:
@@ -243,7 +252,8 @@ KPC_FIELDS: tuple[FieldSpec, ...] = (
     _f("detectLocal.interfaceNamePrefix", K.STRING, '""', U, "detectLocalMode InterfaceNamePrefix"),
     _f("clusterCIDR", K.STRING, '""', U, "the pod network, one CIDR per family, comma-separated"),
     _f("nodePortAddresses", K.STRINGS, "null", U,
-       "CIDRs (loopback included), 'primary' (the Node's primary IPs), 'localhost', 'all'"),
+       "CIDRs (loopback included), 'primary' (the Node's primary IPs), 'localhost', 'all'; "
+       "unset: 'primary' in nftables mode, every address otherwise"),
     _f("oomScoreAdj", K.INT, "-999", R, "reported: netkit leaves its OOM score to the pod spec"),
     _f("conntrack", K.OBJECT, "", N, "section"),
     _f("conntrack.maxPerCore", K.INT, "32768", U,
@@ -629,7 +639,7 @@ def node_port_addresses(items: Sequence[str], what: str) -> tuple[tuple[IPNetwor
 
 def _node_ports(d: _Doc, mode: str) -> dict[str, Any]:
     items = d.values.get("nodePortAddresses")
-    if items is None:
+    if not items:  # null or empty: unset (kube-proxy's default for the mode)
         return {}
     try:
         nets, primary = node_port_addresses(items, "nodePortAddresses")

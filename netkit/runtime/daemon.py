@@ -384,11 +384,11 @@ class Daemon:
 
     def _health_hosts(self, state: NodeState) -> tuple[str, ...]:
         cfg = self.options.config
-        if not cfg.node_port_addresses and not cfg.node_port_primary:
+        if not cfg.node_port_addresses and not cfg.primary_node_ports:
             return (self.options.health_check_host,)
         primary = [ip for f in self.options.families
                    for ip in [next((i for i in state.node.ips if IPFamily.of(i) is f), None)] if ip is not None]
-        return listen_hosts(state.node.ips, cfg.node_port_addresses, primary if cfg.node_port_primary else ())
+        return listen_hosts(state.node.ips, cfg.node_port_addresses, primary if cfg.primary_node_ports else ())
 
     def _failed(self, result: SyncResult) -> None:
         m, fams = self.metrics, self.options.families

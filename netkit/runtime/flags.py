@@ -247,6 +247,8 @@ def _port_of(attr: str) -> Apply:
 
 
 def _node_ports(cfg: Config, values: list[str], what: str) -> dict[str, Any]:
+    if not _items(values):  # empty: unset (kube-proxy's default for the mode)
+        return {"node_port_addresses": (), "node_port_primary": None}
     nets, primary = node_port_addresses(_items(values), what)
     return {"node_port_addresses": nets, "node_port_primary": primary}
 

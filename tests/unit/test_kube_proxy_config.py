@@ -58,7 +58,7 @@ def test_kubeadms_configmap_gets_kube_proxys_defaults() -> None:
     assert (cfg.healthz_bind_address, cfg.metrics_bind_address) == ("0.0.0.0:10256", "127.0.0.1:10249")
     assert (cfg.conntrack_max_per_core, cfg.conntrack_min) == (32768, 131072)
     assert (cfg.conntrack_tcp_established_timeout, cfg.conntrack_tcp_close_wait_timeout) == (86400, 3600)
-    assert cfg.node_port_addresses == () and not cfg.node_port_primary and cfg.oom_score_adj == -999
+    assert cfg.node_port_addresses == () and not cfg.primary_node_ports and cfg.oom_score_adj == -999
     assert cfg.warnings == () and cfg.ignored == ()
 
 
@@ -190,6 +190,9 @@ EFFECTS = [
     ("iptables: {localhostNodePorts: true}\n", "localhost_nodeports", True),
     ("iptables: {localhostNodePorts: null}\n", "localhost_nodeports", False),  # netkit's default
     ("nodePortAddresses: [primary]\n", "node_port_primary", True),
+    ("mode: nftables\n", "primary_node_ports", True),  # kube-proxy's default in nftables mode
+    ("mode: nftables\nnodePortAddresses: [all]\n", "primary_node_ports", False),
+    ("mode: iptables\n", "primary_node_ports", False),
     ("nodePortAddresses: [127.0.0.0/8, 192.0.2.0/24]\n", "node_port_addresses",
      (ip_network("127.0.0.0/8"), ip_network("192.0.2.0/24"))),
     ("nodePortAddresses: [localhost]\n", "node_port_addresses", (ip_network("127.0.0.0/8"), ip_network("::1/128"))),
