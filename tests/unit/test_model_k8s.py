@@ -117,3 +117,17 @@ def test_unknown_kinds_are_ignored_and_lists_expand() -> None:
     assert len(items) == 2
     typed = list(list_items({"kind": "ServiceList", "items": [{"metadata": {"name": "a"}}]}))
     assert typed[0]["kind"] == "Service"
+
+
+@pytest.mark.parametrize("text", ["10.0.0.1", "0.0.0.0", "255.255.255.255", "1.2.3", "1.2.3.4.5", "01.2.3.4",
+                                  "1.2.3.256", "1.2.3.-1", "1.2.3. 4", "١.2.3.4", "1.2.3.4 ", "fd00::1", "", "a.b.c.d"])
+def test_the_fast_ipv4_reader_accepts_exactly_what_ipaddress_accepts(text: str) -> None:
+    from ipaddress import ip_address
+
+    from netkit.model.k8s import ipv4_fast
+    try:
+        expected = ip_address(text)
+    except ValueError:
+        expected = None
+    got = ipv4_fast(text)
+    assert got == (expected if expected is not None and expected.version == 4 else None)
