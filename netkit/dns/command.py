@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine
+from ipaddress import ip_address
 from typing import Any
 
 from aiohttp import web
@@ -50,6 +52,7 @@ from netkit.dns.upstream import (
 from netkit.dns.view import MAX_TTL as MAX_RECORD_TTL
 from netkit.dns.view import Options, PodMode, build
 from netkit.errors import NetkitError, listening
+from netkit.model.types import IPAddress
 from netkit.sources.store import Store
 
 _REPORTED: set[str] = set()  # invalid objects already reported
@@ -71,8 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="address for both UDP and TCP (default 127.0.0.1:5353)")
     p.add_argument("--zone", default="cluster.local", help="cluster domain (default cluster.local)")
     p.add_argument("--ttl", type=int, default=30, help=f"record TTL in seconds, 0..{MAX_RECORD_TTL} (default 30)")
-    p.add_argument("--pods", choices=[m.value for m in PodMode], default=PodMode.DISABLED.value,
-                   help="pod records a-b-c-d.<ns>.pod.<zone> (default disabled)")
+    p.add_argument("--pods", choices=[m.value for m in PodMode], default=PodMode.INSECURE.value,
+                   help="pod records a-b-c-d.<ns>.pod.<zone> (default insecure, as kubeadm's Corefile)")
+    p.add_argument("--loadbalance", choices=["round_robin", "off"], default="round_robin",
+                   help="shuffle the A/AAAA records of each answer, as CoreDNS's loadbalance (default round_robin)")
     g = p.add_argument_group("forwarding (CoreDNS's forward)")
     g.add_argument("--upstream", action="append", default=[], metavar="IP[:PORT]",
                    help="resolver for names outside the zone (repeatable; default: resolv.conf's)")
@@ -124,9 +129,25 @@ def run(args: argparse.Namespace) -> int:
 
 def _options(args: argparse.Namespace) -> Options:
     try:
-        return Options(zone=name_from_text(args.zone), ttl=args.ttl, pods=PodMode(args.pods))
+        return Options(zone=name_from_text(args.zone), ttl=args.ttl, pods=PodMode(args.pods),
+                       loadbalance=args.loadbalance != "off", local_ips=_local_ips(args.listen))
     except ValueError as exc:
         raise NetkitError(str(exc)) from exc
+
+
+def _local_ips(listen: str) -> tuple[IPAddress, ...]:
+    """The server's own addresses, for the apex NS (CoreDNS's nsAddrs): the listening address when it
+    is one, and POD_IP (set from the downward API by deploy/dns)."""
+    found = [os.environ.get("POD_IP", "")]
+    with contextlib.suppress(ValueError, NetkitError):
+        found.append(parse_address(listen).host)
+    out: list[IPAddress] = []
+    for text in found:
+        with contextlib.suppress(ValueError):
+            addr = ip_address(text)
+            if not (addr.is_unspecified or addr.is_loopback):
+                out.append(addr)
+    return tuple(dict.fromkeys(out))
 
 
 def _upstreams(args: argparse.Namespace) -> list[Address]:

@@ -14,16 +14,22 @@ Installing a view replaces both caches; they are also dropped whole when they re
 which bounds what random names can cost. Every cached value carries its metrics `Kind` number, so a
 hit is counted with one list increment (netkit.dns.metrics).
 
+With `Options.loadbalance` (CoreDNS's `loadbalance`, on by default as in kubeadm's Corefile) a reply
+with more than one A/AAAA record has them shuffled, CNAMEs kept first, and such a reply is never
+cached, so every query gets its own order; replies with one address (most ClusterIP names) stay on
+the fast path.
+
 The key's lower-casing stops at the first zero byte after the header, which is the root label of a
 plain name; a reply is stored only when it is, so no two distinct questions share a key.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 
 from netkit.dns.metrics import DnsMetrics, Kind, rcode_label, type_label
-from netkit.dns.resolver import REFUSED, Reply, resolve
+from netkit.dns.resolver import REFUSED, Reply, RType, resolve
 from netkit.dns.view import Options, View
 from netkit.dns.wire import Query, Rejected, encode, encode_rejected, parse_query, reply_limit
 
@@ -62,6 +68,7 @@ class Engine:
         # ID. A client repeating a question (same case, same EDNS) costs one slice and one lookup.
         self.udp_exact: Exact = {}
         self.cached = {"success": 0, "denial": 0}
+        self.random = random.Random()
 
     def set_view(self, view: View) -> None:
         if view.options != self.options:
@@ -115,12 +122,22 @@ class Engine:
             return encode(query, REFUSED, reply_limit(query.edns, tcp)), query
         view = self.view
         reply = resolve(view, self.options, query.name, query.qtype)
+        shuffled = self.options.loadbalance and _addresses(reply) > 1
+        if shuffled:
+            reply = self.shuffle(reply)
         if reply.forward or reply.chase is not None:
             return Upstream(data, query, reply, tcp), query
         out = encode(query, reply, reply_limit(query.edns, tcp))
-        if reply.from_view and query.plain and view is not None and view is self.view:
+        if reply.from_view and query.plain and view is not None and view is self.view and not shuffled:
             self._store(data, query, out, tcp)
         return out, query
+
+    def shuffle(self, reply: Reply) -> Reply:
+        """The answer's A/AAAA records in a random order, every other record first (CNAMEs lead)."""
+        addresses = [r for r in reply.answer if r.rtype in (RType.A, RType.AAAA)]
+        self.random.shuffle(addresses)
+        rest = [r for r in reply.answer if r.rtype not in (RType.A, RType.AAAA)]
+        return replace(reply, answer=(*rest, *addresses))
 
     def kind(self, query: Query | None, request_size: int, out: bytes, tcp: bool, plugin: str, cache: str) -> int:
         """The metrics kind number of one answer."""
@@ -148,3 +165,7 @@ class Engine:
         kind = self.kind(query, len(data), out, tcp, "cache", type_)
         cache[cache_key(data, end)] = (out[2:12], out[end:], kind)
         self.cached[type_] += 1
+
+
+def _addresses(reply: Reply) -> int:
+    return sum(1 for r in reply.answer if r.rtype in (RType.A, RType.AAAA))

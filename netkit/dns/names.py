@@ -8,6 +8,7 @@ and matching is case-insensitive exactly as DNS defines it (ASCII letters only).
 
     <zone>                                   Apex
     dns-version.<zone>                       Version
+    ns.dns.<zone>                            Nameserver        (the name the apex NS record gives)
     svc.<zone> | pod.<zone>                  Space
     <ns>.svc.<zone> | <ns>.pod.<zone>        Namespace
     <svc>.<ns>.svc.<zone>                    ServiceName
@@ -54,6 +55,11 @@ class Apex:
 
 @dataclass(frozen=True, slots=True)
 class Version:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Nameserver:
     pass
 
 
@@ -118,8 +124,8 @@ class Outside:
     pass
 
 
-Request = (Apex | Version | Space | Namespace | ServiceName | EndpointName | ProtoName | PortName | PodName
-           | ReverseName | Invalid | Outside)
+Request = (Apex | Version | Nameserver | Space | Namespace | ServiceName | EndpointName | ProtoName | PortName
+           | PodName | ReverseName | Invalid | Outside)
 
 
 def classify(name: Name, zone: Name) -> Request:
@@ -135,6 +141,8 @@ def _in_zone(rel: Name) -> Request:
         return Apex()
     if rel == ("dns-version",):
         return Version()
+    if rel == ("ns", "dns"):
+        return Nameserver()
     space = rel[-1]
     if space not in ("svc", "pod"):
         return Invalid()

@@ -26,6 +26,7 @@ from netkit.dns.names import (
     EndpointName,
     Invalid,
     Name,
+    Nameserver,
     Namespace,
     Outside,
     PodName,
@@ -171,7 +172,11 @@ def _answer(view: View, req: Request, name: Name, qtype: int, depth: int) -> Rep
 def _structural(view: View, req: Request, name: Name, qtype: int) -> Reply:
     """The apex, dns-version, the two spaces, namespaces, `_proto` non-terminals, invalid shapes."""
     if isinstance(req, Apex):
-        return _records(view, name, qtype, [_soa(view, view.options.zone)])
+        ns = Record(name, RType.NS, view.options.ttl, _ns_name(view))
+        glue = tuple(_address_records(view, _ns_name(view), view.nameservers)) if qtype in (RType.NS, RType.ANY) else ()
+        return _records(view, name, qtype, [_soa(view, view.options.zone), ns], additional=glue)
+    if isinstance(req, Nameserver):
+        return _records(view, name, qtype, _address_records(view, name, view.nameservers))
     if isinstance(req, Version):
         return _records(view, name, qtype, [Record(name, RType.TXT, VERSION_TTL, Txt(DNS_SCHEMA_VERSION))])
     if isinstance(req, Space):
@@ -180,18 +185,22 @@ def _structural(view: View, req: Request, name: Name, qtype: int) -> Reply:
         return _nodata(view) if _namespace_exists(view, req) else _nxdomain(view)
     if isinstance(req, ProtoName):
         entry = _live(view, req.namespace, req.service)
-        exists = entry is not None and any(p.proto == req.proto for p in _srv_ports(entry))
+        exists = entry is not None and any(p.name and p.proto == req.proto for p in _srv_ports(entry))
         return _nodata(view) if exists else _nxdomain(view)
     assert isinstance(req, Invalid), req
     return _nxdomain(view)
 
 
+def _ns_name(view: View) -> Name:
+    return ("ns", "dns", *view.options.zone)
+
+
 def _namespace_exists(view: View, req: Namespace) -> bool:
-    if req.space == "svc":
-        return req.namespace in view.namespaces
-    if view.options.pods is PodMode.INSECURE:
-        return True
-    return view.options.pods is PodMode.VERIFIED and req.namespace in view.namespaces
+    """A namespace is known from its Namespace object (or from any object in it); under `pod.` only
+    when pod records are on."""
+    if req.space == "pod" and view.options.pods is PodMode.DISABLED:
+        return False
+    return req.namespace in view.namespaces
 
 
 def _live(view: View, namespace: str, service: str) -> Entry | None:
@@ -211,7 +220,7 @@ def _service(view: View, req: ServiceName, name: Name, qtype: int, depth: int) -
 
 def _port(view: View, req: PortName, name: Name, qtype: int) -> Reply:
     entry = _live(view, req.namespace, req.service)
-    ports = [p for p in _srv_ports(entry) if p.name == req.port and p.proto == req.proto] if entry else []
+    ports = [p for p in _srv_ports(entry) if p.name and p.name == req.port and p.proto == req.proto] if entry else []
     if entry is None or not ports:
         return _nxdomain(view)
     srvs = _srv_records(view, entry, ports, name)
@@ -229,7 +238,7 @@ def _endpoint(view: View, req: EndpointName, name: Name, qtype: int) -> Reply:
 def _pod(view: View, req: PodName, name: Name, qtype: int) -> Reply:
     mode = view.options.pods
     addr = req.address
-    if addr is None or mode is PodMode.DISABLED:
+    if addr is None or mode is PodMode.DISABLED or req.namespace not in view.namespaces:
         return _nxdomain(view)
     if mode is PodMode.VERIFIED and (req.namespace, addr) not in view.pods:
         return _nxdomain(view)
@@ -285,11 +294,17 @@ def _srv_targets(entry: Entry) -> list[Name]:
 
 
 def _srv_records(view: View, entry: Entry, ports: tuple[Port, ...] | list[Port], owner: Name) -> list[Record]:
-    """One SRV per named port per target (the service, or each ready endpoint of a headless one)."""
+    """One SRV per port per target (the service, or each ready endpoint name of a headless one).
+
+    The weight is CoreDNS's: 100 split evenly (rounded down) over every (address, port) pair behind
+    the answer, counted before equal records are merged — a dual-stack service's one SRV says 50, a
+    hostname shared by two endpoints counts twice."""
     targets = _srv_targets(entry)
-    weight = max(1, 100 // len(targets)) if targets else 0
+    pairs = len(ports) * (entry.endpoints if entry.kind is Kind.HEADLESS else len(entry.addresses))
+    weight = 100 // pairs if pairs else 0
     ttl = view.options.ttl
-    return [Record(owner, RType.SRV, ttl, Srv(0, weight, p.port, t)) for p in ports for t in targets]
+    records = (Record(owner, RType.SRV, ttl, Srv(0, weight, p.port, t)) for p in ports for t in targets)
+    return list(dict.fromkeys(records))
 
 
 def _srv_additional(view: View, entry: Entry, qtype: int) -> tuple[Record, ...]:

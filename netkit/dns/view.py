@@ -34,7 +34,9 @@ class PodMode(enum.Enum):
 class Options:
     zone: Name = ("cluster", "local")
     ttl: int = 30
-    pods: PodMode = PodMode.DISABLED
+    pods: PodMode = PodMode.INSECURE  # kubeadm's Corefile: `pods insecure`
+    loadbalance: bool = True  # shuffle A/AAAA answers (CoreDNS's `loadbalance`); done by the engine
+    local_ips: tuple[IPAddress, ...] = ()  # the server's own addresses: finds its Service for `NS`
 
     def __post_init__(self) -> None:
         if not 0 <= self.ttl <= MAX_TTL:
@@ -71,8 +73,9 @@ class Entry:
     name: Name  # <svc>.<ns>.svc.<zone>
     kind: Kind
     addresses: tuple[IPAddress, ...] = ()  # cluster IPs
-    ports: tuple[Port, ...] = ()  # named ports: service ports, or endpoint ports when headless
-    hosts: Mapping[str, Host] = field(default_factory=dict)  # headless only: label → Host
+    ports: tuple[Port, ...] = ()  # service ports, or endpoint ports when headless (name "" when unnamed)
+    hosts: Mapping[str, Host] = field(default_factory=dict)  # ready endpoints: label → Host
+    endpoints: int = 0  # ready endpoint addresses (with repeats across hostnames), for SRV weights
     target: Name | None = None  # ExternalName only
 
     @property
@@ -89,6 +92,7 @@ class View:
     namespaces: frozenset[str]
     reverse: Mapping[IPAddress, tuple[Name, ...]]
     pods: frozenset[tuple[str, IPAddress]]  # (namespace, address) of known pods (pods verified)
+    nameservers: tuple[IPAddress, ...] = ()  # the addresses of ns.dns.<zone>
 
 
 def build(objects: Objects, options: Options, serial: int = 1) -> View:
@@ -104,6 +108,7 @@ def build(objects: Objects, options: Options, serial: int = 1) -> View:
         namespaces=frozenset(_namespaces(objects)),
         reverse=MappingProxyType(_reverse(services.values())),
         pods=frozenset(_pods(objects)),
+        nameservers=_nameservers(services, options.local_ips),
     )
 
 
@@ -118,11 +123,13 @@ def _entry(svc: Service, slices: list[EndpointSlice], zone: Name) -> Entry:
     name = (svc.ref.name, svc.ref.namespace, "svc", *zone)
     if svc.type is ServiceType.EXTERNAL_NAME:
         return Entry(name, Kind.EXTERNAL_NAME, target=name_from_text(svc.external_name or ""))
+    hosts = _hosts(svc, slices)
+    count = sum(len(h.addresses) for h in hosts.values())
     if svc.headless:
-        ports = _unique(Port(p.name, p.protocol.lower, p.port) for s in slices for p in s.ports if p.name)
-        return Entry(name, Kind.HEADLESS, ports=ports, hosts=_hosts(svc, slices))
-    ports = tuple(Port(p.name, p.protocol.lower, p.port) for p in svc.ports if p.name)
-    return Entry(name, Kind.CLUSTER_IP, addresses=svc.cluster_ips, ports=ports)
+        ports = _unique(Port(p.name, p.protocol.lower, p.port) for s in slices for p in s.ports)
+        return Entry(name, Kind.HEADLESS, ports=ports, hosts=hosts, endpoints=count)
+    ports = tuple(Port(p.name, p.protocol.lower, p.port) for p in svc.ports)
+    return Entry(name, Kind.CLUSTER_IP, addresses=svc.cluster_ips, ports=ports, hosts=hosts, endpoints=count)
 
 
 def _hosts(svc: Service, slices: list[EndpointSlice]) -> Mapping[str, Host]:
@@ -151,15 +158,35 @@ def _namespaces(objects: Objects) -> Iterable[str]:
 
 
 def _reverse(entries: Iterable[Entry]) -> dict[IPAddress, tuple[Name, ...]]:
-    """Cluster IPs → the service name; headless endpoint addresses → their host names."""
-    out: dict[IPAddress, list[Name]] = {}
+    """Cluster IPs → the service name; other ready endpoint addresses → their host names.
+
+    As CoreDNS's serviceRecordForIP: a cluster IP names its (first) service alone; an address that is
+    no cluster IP names every endpoint with it, of ClusterIP and headless services alike."""
+    services: dict[IPAddress, Name] = {}
+    endpoints: dict[IPAddress, list[Name]] = {}
     for e in entries:
         for addr in e.addresses:
-            out.setdefault(addr, []).append(e.name)
+            services.setdefault(addr, e.name)
         for host in e.hosts.values():
             for addr in host.addresses:
-                out.setdefault(addr, []).append((host.label, *e.name))
-    return {addr: tuple(dict.fromkeys(names)) for addr, names in out.items()}
+                endpoints.setdefault(addr, []).append((host.label, *e.name))
+    out = {addr: tuple(dict.fromkeys(names)) for addr, names in endpoints.items()}
+    out.update((addr, (name,)) for addr, name in services.items())
+    return out
+
+
+def _nameservers(services: Mapping[tuple[str, str], Entry], local: tuple[IPAddress, ...]) -> tuple[IPAddress, ...]:
+    """The addresses of `ns.dns.<zone>`, found as CoreDNS's nsAddrs finds them: the Services with an
+    endpoint on one of the server's own addresses (their cluster IPs; a headless one's endpoint
+    addresses), else the `kube-dns` Service of `kube-system` (files, or a server outside the cluster),
+    else the server's own addresses."""
+    mine = set(local)
+    found = [e for e in services.values() if any(mine & set(h.addresses) for h in e.hosts.values())]
+    if not found and ("kube-system", "kube-dns") in services:
+        found = [services[("kube-system", "kube-dns")]]
+    addrs = [a for e in found for a in (e.addresses if e.kind is Kind.CLUSTER_IP
+                                        else [x for h in e.hosts.values() for x in h.addresses])]
+    return tuple(dict.fromkeys(addrs)) or local
 
 
 def _pods(objects: Objects) -> Iterable[tuple[str, IPAddress]]:

@@ -8,7 +8,8 @@ those would let two servers ping-pong).
 
 `encode(query, reply, limit)` writes a reply with dnslib's record packers into a buffer that compresses
 names case-insensitively. The question is written first, as received, so every later name that repeats
-it — or ends like it — is a pointer into it: the query's case is echoed everywhere, and a cached reply
+it — or ends like it — is a pointer into it: the query's case is echoed in the answer and authority
+sections (the additional section keeps the canonical case, as CoreDNS's does), and a cached reply
 serves any casing of the same name once its question bytes are patched. A reply larger than `limit` is
 cut at the last whole record that fits; TC is set when answer or authority records were dropped
 (additional records may be dropped silently, RFC 2181 §9). The OPT record is kept after any cut.
@@ -174,18 +175,28 @@ def reply_limit(edns: Edns | None, tcp: bool) -> int:
 
 
 class _Buffer(DNSBuffer):  # type: ignore[misc]
-    """dnslib's buffer, with name compression that ignores ASCII case."""
+    """dnslib's buffer, with name compression that ignores ASCII case.
+
+    In `canonical` mode (the additional section) names are written as the view has them, in
+    CoreDNS's canonical case: they point only at names written the same way, never into the question,
+    so they do not depend on the query's case (and a cached reply stays byte-exact for every case)."""
+
+    def __init__(self, data: bytes = b"") -> None:
+        super().__init__(data)
+        self.canonical = False
+        self.exact: dict[tuple[bytes, ...], int] = {}
 
     def encode_name(self, name: DNSLabel | str) -> None:
         labels = list((name if isinstance(name, DNSLabel) else DNSLabel(name)).label)
+        names = self.exact if self.canonical else self.names
         while labels:
-            key = tuple(x.lower() for x in labels)
-            pointer = self.names.get(key)
+            key = tuple(labels) if self.canonical else tuple(x.lower() for x in labels)
+            pointer = names.get(key)
             if pointer is not None:
                 self.pack("!H", 0xC000 | pointer)
                 return
             if self.offset < 0x4000:
-                self.names[key] = self.offset
+                names[key] = self.offset
             label = labels.pop(0)
             self.pack("!B", len(label))
             self.append(label)
@@ -226,9 +237,11 @@ def encode(query: Query, reply: Reply, limit: int, extra: Sequence[RR] = (), ext
     buf.encode_name(DNSLabel(_raw_labels(query.raw_name)))
     buf.pack("!HH", query.qtype, query.qclass)
     ends = [len(buf.data)]
-    for rr in (rr for section in sections for rr in section):
-        rr.pack(buf)
-        ends.append(len(buf.data))
+    for index, section in enumerate(sections):
+        buf.canonical = index == 2
+        for rr in section:
+            rr.pack(buf)
+            ends.append(len(buf.data))
     opt = _opt(query.edns, reply.rcode)
     kept = _fitting(ends, limit - len(opt))
     counts = _counts([len(s) for s in sections], kept)

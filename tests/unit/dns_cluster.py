@@ -68,6 +68,10 @@ metadata: {name: noname, namespace: other}
 spec: {clusterIP: 10.96.0.20, ports: [{port: 80}]}
 ---
 apiVersion: v1
+kind: Namespace
+metadata: {name: empty}
+---
+apiVersion: v1
 kind: Pod
 metadata: {name: p1, namespace: default}
 status: {podIPs: [{ip: 10.244.9.9}]}
@@ -81,7 +85,7 @@ def objects() -> Objects:
     return Objects.of(list(base.objects.services + base.objects.slices + base.objects.pods) + extra)
 
 
-def view(pods: PodMode = PodMode.DISABLED, **kw: object) -> View:
+def view(pods: PodMode = PodMode.INSECURE, **kw: object) -> View:
     return build(objects(), Options(pods=pods, **kw), serial=1)  # type: ignore[arg-type]
 
 

@@ -33,7 +33,8 @@ CASES: list[tuple[str, str, Rcode, str]] = [
     (f"_http._tcp.web.default{Z}", "A", OK, NODATA),
     (f"_tcp.web.default{Z}", "SRV", OK, NODATA),  # an empty non-terminal (RFC 8020: not NXDOMAIN)
     (f"_udp.web.default{Z}", "SRV", NX, ""),
-    (f"noname.other{Z}", "SRV", OK, NODATA),  # unnamed port: no SRV
+    (f"noname.other{Z}", "SRV", OK, f"noname.other{Z} 30 IN SRV 0 100 80 noname.other{Z}"),  # as CoreDNS
+    (f"_http._tcp.noname.other{Z}", "SRV", NX, ""),  # an unnamed port has no _port name
     (f"web.default{Z}", "SRV", OK, f"web.default{Z} 30 IN SRV 0 100 80 web.default{Z}"),
     # headless: every ready endpoint, hostnames, dashed addresses, readiness
     (f"db.default{Z}", "A", OK, (f"db.default{Z} 30 IN A 10.244.1.21\n"
@@ -74,8 +75,16 @@ CASES: list[tuple[str, str, Rcode, str]] = [
     (f"web.default{Z}cluster.local.", "A", NX, ""),
     ("web.default.cluster.local.", "A", NX, ""),
     ("a.b.c.d.web.default.svc.cluster.local.", "A", NX, ""),
-    # pods are disabled by default
-    ("10-244-9-9.default.pod.cluster.local.", "A", NX, ""),
+    # pods insecure by default (kubeadm's Corefile), in namespaces that exist
+    ("10-244-9-9.default.pod.cluster.local.", "A", OK, "10-244-9-9.default.pod.cluster.local. 30 IN A 10.244.9.9"),
+    ("10-244-9-9.nowhere.pod.cluster.local.", "A", NX, ""),
+    ("empty.svc.cluster.local.", "A", OK, NODATA),  # a Namespace object without Services
+    ("empty.pod.cluster.local.", "A", OK, NODATA),
+    # the apex NS and its name
+    ("cluster.local.", "NS", OK, "cluster.local. 30 IN NS ns.dns.cluster.local."),
+    ("ns.dns.cluster.local.", "A", OK, "ns.dns.cluster.local. 30 IN A 10.96.0.53"),  # kube-dns.kube-system
+    ("ns.dns.cluster.local.", "AAAA", OK, NODATA),
+    ("dns.cluster.local.", "A", NX, ""),
     # reverse: cluster IPs and headless endpoints
     ("10.0.96.10.in-addr.arpa.", "PTR", OK, f"10.0.96.10.in-addr.arpa. 30 IN PTR web.default{Z}"),
     ("21.1.244.10.in-addr.arpa.", "PTR", OK, f"21.1.244.10.in-addr.arpa. 30 IN PTR db-0.db.default{Z}"),
@@ -112,8 +121,10 @@ def test_srv_carries_target_addresses_in_additional() -> None:
 
 
 @pytest.mark.parametrize(("pods", "name", "rcode", "answer"), [
-    (PodMode.INSECURE, "10-1-2-3.any.pod.cluster.local.", OK, "10-1-2-3.any.pod.cluster.local. 30 IN A 10.1.2.3"),
-    (PodMode.INSECURE, "any.pod.cluster.local.", OK, NODATA),
+    (PodMode.INSECURE, "10-1-2-3.other.pod.cluster.local.", OK, "10-1-2-3.other.pod.cluster.local. 30 IN A 10.1.2.3"),
+    (PodMode.INSECURE, "other.pod.cluster.local.", OK, NODATA),
+    (PodMode.INSECURE, "10-1-2-3.any.pod.cluster.local.", NX, ""),  # no such namespace
+    (PodMode.INSECURE, "any.pod.cluster.local.", NX, ""),
     (PodMode.INSECURE, "10-1-2.any.pod.cluster.local.", NX, ""),
     (PodMode.INSECURE, "10-1-2-300.any.pod.cluster.local.", NX, ""),
     (PodMode.INSECURE, "x.10-1-2-3.any.pod.cluster.local.", NX, ""),
@@ -131,8 +142,8 @@ def test_pod_records(pods: PodMode, name: str, rcode: Rcode, answer: str) -> Non
 
 
 def test_insecure_pods_answer_ipv6_dashed_form() -> None:
-    reply = ask(view(PodMode.INSECURE), "fd00-244--5.ns.pod.cluster.local.", "AAAA")
-    assert lines(reply) == "fd00-244--5.ns.pod.cluster.local. 30 IN AAAA fd00:244::5"
+    reply = ask(view(PodMode.INSECURE), "fd00-244--5.default.pod.cluster.local.", "AAAA")
+    assert lines(reply) == "fd00-244--5.default.pod.cluster.local. 30 IN AAAA fd00:244::5"
 
 
 def test_external_name_outside_the_zone_is_chased_upstream() -> None:

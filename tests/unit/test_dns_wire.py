@@ -80,7 +80,7 @@ def test_dashed_and_reverse_addresses() -> None:
 def test_answer_echoes_the_query_case() -> None:
     r = reply(engine(), dns.message.make_query(f"_HTTP._tcp.Web.default{Z}", "SRV"))
     assert r.answer[0].name.to_text() == f"_HTTP._tcp.Web.default{Z}"
-    assert r.additional[0].name.to_text() == f"Web.default{Z}"
+    assert r.additional[0].name.to_text() == f"web.default{Z}"  # canonical, as CoreDNS's additional section
     assert r.flags & dns.flags.AA and r.flags & dns.flags.RD and not r.flags & dns.flags.TC
 
 
@@ -248,3 +248,18 @@ def test_the_cache_is_bounded() -> None:
 def test_header_struct_is_what_the_fast_path_assumes() -> None:
     wire = dns.message.make_query(f"web.default{Z}", "A").to_wire()
     assert struct.unpack("!H", wire[4:6])[0] == 1 and wire.find(0, 12) == len(wire) - 5
+
+
+
+def test_loadbalance_shuffles_addresses_and_off_keeps_the_view_order() -> None:
+    extra, _ = decode_text(headless("many", 8), "many")
+    objs = Objects.of([*objects().services, *objects().slices, *objects().namespaces, *extra])
+    q = dns.message.make_query(f"many.default{Z}", "A")
+    distinct = {}
+    for balance in (True, False):
+        e = Engine(Options(loadbalance=balance))
+        e.set_view(build(objs, Options(loadbalance=balance)))
+        got = [tuple(rr.to_text() for rrset in reply(e, q).answer for rr in rrset) for _ in range(12)]
+        assert {frozenset(g) for g in got} == {frozenset(f"10.250.0.{i}" for i in range(1, 9))}
+        distinct[balance] = len(set(got))
+    assert distinct[False] == 1 and distinct[True] > 1  # 12 shuffles of 8 all equal: p = (1/8!)^11
