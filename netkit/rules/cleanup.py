@@ -30,7 +30,7 @@ from functools import cache
 from netkit.errors import KernelError, NetkitError
 from netkit.model import IPFamily
 from netkit.netns import run
-from netkit.rules.iptables.kernel import jump_target
+from netkit.rules.iptables.kernel import IptablesKernel, jump_target
 from netkit.rules.iptables.names import is_owned as iptables_owned
 from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse_lines
 
@@ -178,9 +178,19 @@ def leftovers(mode: str, family: IPFamily, netns: str | None, *, backend: str | 
     if mode == "ipvs" or backend not in IPTABLES_BACKENDS:
         return [survey(others, family, netns, keep=(mode,))]
     other = tuple(b for b in IPTABLES_BACKENDS if b != backend)
-    return [survey(others, family, netns, keep=(mode,), iptables_backends=(backend,),
+    mine = (backend,) if known is not None or _other_modes_in(mode, others, family, netns, backend) else ()
+    return [survey(others, family, netns, keep=(mode,), iptables_backends=mine,
                    known={backend: known} if known is not None else None),
             survey(("iptables", "ipvs"), family, netns, iptables_backends=other, iptables_only=True)]
+
+
+def _other_modes_in(mode: str, others: Sequence[str], family: IPFamily, netns: str | None, backend: str) -> bool:
+    """Whether the backend the iptables mode uses holds another mode's chains, judged from its small
+    tables (the IPVS mode always writes KUBE-IPVS-FILTER in filter): the daemon then need not read a
+    300k-rule nat table back once more just to find nothing."""
+    owned = owner(others, keep=(mode,))
+    small = IptablesKernel(family, netns, backend).dump(("mangle", "filter"))
+    return any(owned(c) for table in ("mangle", "filter") for c in small.chains(table))
 
 
 def _tool(family: IPFamily, backend: str) -> str:

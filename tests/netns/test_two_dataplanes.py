@@ -100,6 +100,9 @@ def test_a_foreign_reference_to_another_modes_chain_stops_apply_before_any_chang
 
 def test_the_daemon_removes_other_modes_after_its_first_sync(netns: str) -> None:
     assert netkit("apply", *args(netns, NFTABLES)).returncode == 0
+    sh(netns, "iptables-nft", "-w", "-N", "KUBE-IPVS-FILTER")  # and kube-proxy's IPVS mode, in the same backend
+    sh(netns, "iptables-nft", "-w", "-A", "INPUT", "-m", "comment", "--comment", "kubernetes ipvs access filter",
+       "-j", "KUBE-IPVS-FILTER")
     cfg = Config(node_name="node-a", iptables_backend="nft", min_sync_period=0.1, sync_period=30.0)
     opts = DaemonOptions(config=cfg, families=(IPFamily.IPV4, IPFamily.IPV6), netns=netns, files=(str(EXAMPLES),),
                          healthz_address=None, metrics_address=None, conntrack=False)
@@ -116,3 +119,4 @@ def test_the_daemon_removes_other_modes_after_its_first_sync(netns: str) -> None
     asyncio.run(scenario())
     assert not holds(netns, NFTABLES)
     assert holds(netns, NFT)
+    assert "KUBE-IPVS-FILTER" not in sh(netns, "iptables-nft-save")
