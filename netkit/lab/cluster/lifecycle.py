@@ -109,9 +109,13 @@ def package_path() -> str:
 def down(cid: str) -> None:
     """Remove everything of cluster `cid`; tolerant of anything already gone (or never made)."""
     record = state.load(cid)
-    if record is not None and record.control_pid:
-        stop_pids([record.control_pid], str(state.cluster_dir(cid)), grace=6.0)
-    stop_pids(processes(str(state.cluster_dir(cid))), str(state.cluster_dir(cid)))
+    marker = str(state.cluster_dir(cid))
+    for _ in range(5):  # the control plane first (it stops its own); again, for what it started meanwhile
+        pids = processes(marker)
+        if not pids:
+            break
+        control = [p for p in pids if alive(p, "netkit.lab.cluster.controlplane")]
+        stop_pids(control or pids, marker, grace=6.0 if control else 3.0)
     names = set(build.leftovers(cid)) | set(record.cluster.namespaces if record else ())
     build.remove_namespaces(sorted(names))
     state.forget(cid)
