@@ -103,7 +103,7 @@ class ServicePortState:
     external_policy_local: bool = False
     internal_policy_local: bool = False
     health_check_node_port: int | None = None
-    endpoints: tuple[EndpointAddr, ...] = ()  # every endpoint known (deduplicated, sorted)
+    endpoints: tuple[EndpointAddr, ...] = ()  # every endpoint known (deduplicated, kube-proxy's order)
     cluster_endpoints: tuple[EndpointAddr, ...] = ()
     local_endpoints: tuple[EndpointAddr, ...] = ()
     has_endpoints: bool = False  # any usable endpoint anywhere (decides REJECT vs DROP)
@@ -343,8 +343,11 @@ def merge_endpoints(slices: Sequence[EndpointSlice], sp: ServicePort, family: IP
     return tuple(sorted(found.values(), key=_endpoint_order))
 
 
-def _endpoint_order(e: EndpointAddr) -> tuple[int, int, int]:
-    return (e.ip.version, int(e.ip), e.port)
+def _endpoint_order(e: EndpointAddr) -> str:
+    """kube-proxy's order: by the endpoint's "IP:port" ("[IP]:port") string, so 10.0.0.10:80 comes
+    before 10.0.0.2:80. Rules then list endpoints exactly as kube-proxy's do, and a ruleset kube-proxy
+    wrote compares clean against netkit's (the probabilities follow the position)."""
+    return str(e)
 
 
 def _endpoint_addr(e: Endpoint, port: int, node_name: str) -> EndpointAddr:
