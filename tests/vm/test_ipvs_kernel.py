@@ -229,3 +229,22 @@ def test_daemon_syncs_follow_one_change_at_a_time(served: Lab) -> None:
         assert sorted(served.tcp_hits("10.96.0.10", 80, 6).values()) == [2, 2, 2]
     finally:
         kernel.cleanup()
+
+
+def test_cli_apply_then_diff_says_in_sync(served: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    """`netkit apply --mode ipvs` then `netkit diff`: in sync (exit 0), although a dump cannot name
+    its virtual servers; then trace over the live rules answers like over the compiled ones."""
+    from netkit.cli import main
+    from tests.conftest import EXAMPLES
+
+    args = ["-f", str(EXAMPLES), "--node-name", "node-a", "--cluster-cidr", "10.244.0.0/16", "--mode", "ipvs",
+            "--netns", served.node]
+    try:
+        assert main(["apply", *args, "--ip-family", "ipv4"]) == 0
+        capsys.readouterr()
+        assert main(["diff", *args, "--ip-family", "ipv4"]) == 0, capsys.readouterr().out
+        assert main(["trace", *args, "--to", "10.96.0.53:53/udp", "--from", "10.244.1.50", "-o", "json"]) == 0
+        out = capsys.readouterr().out
+        assert '"10.244.1.11:5353"' in out and '"10.244.2.11:5353"' in out, out
+    finally:
+        IPVSKernel(V4, served.node).cleanup()
