@@ -21,13 +21,14 @@ from netkit.cli.inputs import Inputs, add_input_options, check_netns, load_input
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
-from netkit.rules import cleanup
+from netkit.rules import cleanup, summary
 from netkit.rules.backend import Backend, P, R
 from netkit.rules.cleanup import Survey
 from netkit.rules.iptables.kernel import ApplyInterrupted, IptablesKernel
 from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
 from netkit.rules.keep import keep_live, kept_ports
 from netkit.rules.registry import with_backend
+from netkit.rules.summary import ServiceChange, Totals
 
 FAMILIES = {"ipv4": IPFamily.IPV4, "ipv6": IPFamily.IPV6}
 
@@ -40,7 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser("diff", help="dry run: what apply would change, per service and per rule")
     _common(p, kernel=True)
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text",
+                   help="json: schema netkit.diff/v1 (docs/cli.md)")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--summary", action="store_true",
+                       help="only the per-Service lines and the totals, not the rules")
+    shown.add_argument("--stat", action="store_true",
+                       help="only the totals: services to add, change, remove, and objects written")
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("apply", help="write the compiled rules into the kernel, changing only what differs")
@@ -144,10 +151,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
 @dataclass(frozen=True, slots=True)
 class FamilyDiff(Generic[P]):
     in_sync: bool
-    services: list[dict[str, Any]]
+    services: list[ServiceChange]
     plan: P
     foreign: list[str]  # what netkit did not write in its own tables, which apply removes
     kept: list[str]  # service ports whose input is invalid: live rules kept as they are
+
+
+DIFF_SCHEMA = "netkit.diff/v1"  # docs/cli.md "diff -o json"; bump on an incompatible change
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -160,76 +170,77 @@ def cmd_diff(args: argparse.Namespace) -> int:
             live = kernel.dump()
             desired, kept = _desired(be, inputs, family, live)
             p = be.plan(live, desired)
-            # An empty plan means in sync, whatever the summaries say: an IPVS dump cannot name its
-            # virtual servers (the kernel keeps no comments), so its summary keys are addresses.
-            changes = [] if p.empty else service_changes(be.summarize(live), be.summarize(desired))
+            # An empty plan means in sync, whatever the summaries say.
+            changes = [] if p.empty else plan_summary(be, live, desired, summary.addresses(inputs.state, family))
             stale = leftover_lines(be.name, _leftovers(be.name, kernel, family, args.netns, live))
             report[family.value] = FamilyDiff(p.empty and not stale, changes, p, be.foreign(live, desired) + stale,
                                             kept)
         pending = any(not r.in_sync or r.services for r in report.values())
         if args.output == "json":
-            json.dump({"in_sync": not pending, "families": {
-                f: {"in_sync": r.in_sync, "services": r.services, "foreign": r.foreign,
-                    "payload": be.render_plan(r.plan), "kept_invalid_input": r.kept}
-                for f, r in report.items()}}, sys.stdout, indent=2)
+            json.dump(diff_json(be, report, args.stat, args.summary), sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
-            _print_diff(be, report)
+            _print_diff(be, report, args.stat, args.summary)
         return 1 if pending else 0
 
     return with_backend(inputs.config.mode, run)
 
 
-def service_changes(before: Mapping[str, tuple[str, ...]],
-                    after: Mapping[str, tuple[str, ...]]) -> list[dict[str, Any]]:
-    """Per service port: added (+), removed (-) or with other endpoints (~)."""
-    out: list[dict[str, Any]] = []
-    for key in sorted(set(before) | set(after)):
-        old, new = before.get(key), after.get(key)
-        if old == new:
-            continue
-        op = "+" if old is None else "-" if new is None else "~"
-        out.append({"op": op, "service": _display(key), "before": list(old or ()), "after": list(new or ())})
-    return out
+def plan_summary(be: Backend[R, P], live: R, desired: R, names: Mapping[str, str] | None = None) -> list[ServiceChange]:
+    """Per service port, what changes between the live and the desired ruleset (netkit.rules.summary);
+    `names`: the model's addresses of each service port (summary.addresses)."""
+    before = summary.name_live(summary.facts(live, be.summarize(live), names), desired)
+    return summary.service_changes(before, summary.facts(desired, be.summarize(desired), names))
+
+
+def diff_json(be: Backend[R, P], report: Mapping[str, FamilyDiff[P]], stat: bool = False,
+              only_summary: bool = False) -> dict[str, Any]:
+    """`netkit diff -o json`, schema netkit.diff/v1 (docs/cli.md)."""
+    families: dict[str, Any] = {}
+    for f, r in report.items():
+        stats = r.plan.stats()
+        doc: dict[str, Any] = {"in_sync": r.in_sync, "totals": Totals.of(r.services).to_json(),
+                               "objects": {"written": stats.written, "deleted": stats.deleted, "text": stats.text}}
+        if not stat:
+            doc["services"] = [c.to_json() for c in r.services]
+            doc["foreign"] = r.foreign
+            doc["kept_invalid_input"] = [summary.ServicePortKey.parse(k).to_json() for k in r.kept]
+        if not stat and not only_summary:
+            doc["payload"] = be.render_plan(r.plan)
+        families[f] = doc
+    total = sum((Totals.of(r.services) for r in report.values()), Totals())
+    return {"schema": DIFF_SCHEMA, "mode": be.name,
+            "in_sync": not any(not r.in_sync or r.services for r in report.values()),
+            "totals": total.to_json(), "families": families}
 
 
 def _display(key: str) -> str:
-    name, _, proto = key.rpartition("/")
-    return name if proto == "tcp" else f"{name} ({proto})"
+    return summary.ServicePortKey.parse(key).display()
 
 
-def _print_diff(be: Backend[R, P], report: Mapping[str, FamilyDiff[P]]) -> None:
+def _print_diff(be: Backend[R, P], report: Mapping[str, FamilyDiff[P]], stat: bool = False,
+                only_summary: bool = False) -> None:
     out = sys.stdout
     for family, r in report.items():
-        kept = "".join(f"  = {k} kept, invalid input\n" for k in r.kept)
+        kept = "".join(f"  = {_display(k)} kept, invalid input\n" for k in r.kept)
         if r.in_sync and not r.services and not r.foreign:
-            out.write(f"{family}: in sync\n{kept}")
+            out.write(f"{family}: in sync\n" + ("" if stat else kept))
+            continue
+        if stat:
+            out.write(f"{family}: {Totals.of(r.services).line()} ({r.plan.stats()})\n")
             continue
         out.write(f"{family}:\n{kept}")
         for c in r.services:
-            out.write("  " + _service_line(c) + "\n")
+            out.write("  " + c.line() + "\n")
         for line in r.foreign:
             out.write(f"  ! {line}\n")
-        for line in be.describe_plan(r.plan).splitlines():
-            out.write(f"  {line}\n")
-
-
-def _service_line(c: Mapping[str, Any]) -> str:
-    before, after = c["before"], c["after"]
-    if c["op"] == "+":
-        return f"+ {c['service']} {_count(after)}"
-    if c["op"] == "-":
-        return f"- {c['service']}"
-    gone = sorted(set(before) - set(after))
-    new = sorted(set(after) - set(before))
-    detail = " ".join([*(f"-{e}" for e in gone), *(f"+{e}" for e in new)])
-    return f"~ {c['service']} endpoints {len(before)} → {len(after)}" + (f" ({detail})" if detail else "")
-
-
-def _count(endpoints: list[str]) -> str:
-    if not endpoints:
-        return "no endpoints (rejects)"
-    return f"{len(endpoints)} endpoint" + ("s" if len(endpoints) != 1 else "")
+        if not only_summary:
+            for line in be.describe_plan(r.plan).splitlines():
+                out.write(f"  {line}\n")
+        out.write(f"  {Totals.of(r.services).line()} ({r.plan.stats()})\n")
+    total = sum((Totals.of(r.services) for r in report.values()), Totals())
+    if len(report) > 1 and any(r.services for r in report.values()):
+        out.write(f"Plan: {total.line()}\n")
 
 
 # --- apply / cleanup -----------------------------------------------------------------------------

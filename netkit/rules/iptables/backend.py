@@ -52,7 +52,7 @@ def plan(committed: Ruleset, desired: Ruleset) -> Plan:
 
 
 def render_plan(p: Plan) -> str:
-    return _plan.render_plan(p)
+    return _plan.render_plan_with_jumps(p)
 
 
 def describe_plan(p: Plan) -> str:

@@ -150,6 +150,17 @@ def render_plan(p: Plan) -> str:
     return "".join(render_plan_lines(p))
 
 
+def render_plan_with_jumps(p: Plan) -> str:
+    """Everything apply sends: the restore payload, then the entry jumps it inserts where missing
+    (apply runs `iptables -C`, then `-I`; written here as restore lines that do the same)."""
+    jumps: dict[str, list[Jump]] = {}
+    for j in p.jumps:
+        jumps.setdefault(j.table, []).append(j)
+    tail = "".join(f"*{table}\n" + "".join(f"-I {j.chain} {j.position} {j.rule}\n" for j in js) + "COMMIT\n"
+                   for table, js in jumps.items())
+    return render_plan(p) + tail
+
+
 def render_plan_lines(p: Plan) -> Iterator[str]:
     """The same payload line by line (each ending in a newline), for streaming into the tool."""
     for table in sorted(set(p.write) | set(p.delete),
@@ -195,7 +206,8 @@ def describe(p: Plan) -> str:
     for table, gone in p.delete.items():
         for chain in gone:
             lines += _chain_diff(table, chain, p.old.get(table, {}).get(chain, ()), None)
-    lines += [f"+ iptables -t {j.table} -I {j.chain} {j.position} {j.rule}" for j in p.jumps]
+    tool = "ip6tables" if p.family is IPFamily.IPV6 else "iptables"
+    lines += [f"+ {tool} -t {j.table} -I {j.chain} {j.position} {j.rule}" for j in p.jumps]
     return "\n".join(lines) + ("\n" if lines else "")
 
 
