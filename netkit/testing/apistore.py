@@ -58,12 +58,13 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "pods", "Pod", True, ("po",)),
     Resource("", "v1", "namespaces", "Namespace", False, ("ns",)),
     Resource("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, ()),
-    # stored only, so kubectl can create the daemon's own deployment manifests (deploy/)
+    # stored only, so kubectl can create the daemon's own deployment manifests (deploy/, deploy/dns/)
     Resource("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
     Resource("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     Resource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, ()),
     Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False, ()),
     Resource("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",)),
+    Resource("apps", "v1", "deployments", "Deployment", True, ("deploy",)),  # deploy/dns
 )
 
 

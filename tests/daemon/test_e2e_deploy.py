@@ -1,6 +1,9 @@
 """deploy/: the ClusterRole covers every request a real daemon run makes (initial lists, watches, a
 relist after compaction, the Endpoints fallback) and grants nothing it does not use; kubectl accepts
-every manifest against the test API server; the DaemonSet and Containerfile say what the daemon needs."""
+every manifest against the test API server; the DaemonSet and Containerfile say what the daemon needs.
+deploy/dns/ (netkit dns in place of kubeadm's CoreDNS) too; every manifest of both matches the
+Kubernetes schema as the official client's models describe it (tests/dnsserver/test_api_source.py
+checks its ClusterRole against what a running netkit dns requests)."""
 
 from __future__ import annotations
 
@@ -31,17 +34,58 @@ from .e2e import (
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+DNS_DEPLOY = DEPLOY / "dns"
 
 
-def manifests() -> list[dict[str, Any]]:
+def manifests(folder: Path = DEPLOY) -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
-    for path in sorted(DEPLOY.glob("*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):
         docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return docs
 
 
-def of_kind(kind: str) -> dict[str, Any]:
-    return next(d for d in manifests() if d["kind"] == kind)
+def of_kind(kind: str, folder: Path = DEPLOY) -> dict[str, Any]:
+    return next(d for d in manifests(folder) if d["kind"] == kind)
+
+
+def schema_problems(data: Any, typ: str, where: str) -> list[str]:
+    """Where `data` departs from the type the kubernetes client's models name: unknown fields,
+    wrong scalar types (IntOrString fields are `object` there, so anything goes)."""
+    import kubernetes.client as k8s
+    if typ.lower().startswith("list["):
+        if not isinstance(data, list):
+            return [f"{where}: expected a list"]
+        return [p for i, x in enumerate(data) for p in schema_problems(x, typ[5:-1], f"{where}[{i}]")]
+    if typ.lower().startswith(("dict(", "dict[")):
+        value_type = typ[5:-1].split(", ", 1)[1]
+        if not isinstance(data, dict):
+            return [f"{where}: expected a map"]
+        return [p for k, v in data.items() for p in schema_problems(v, value_type, f"{where}.{k}")]
+    scalars: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float)}
+    if typ in scalars:
+        wrong = not isinstance(data, scalars[typ]) or (typ == "int" and isinstance(data, bool))
+        return [f"{where}: expected {typ}, got {data!r}"] if wrong else []
+    if typ == "object":
+        return []
+    model = getattr(k8s, typ)
+    if not isinstance(data, dict):
+        return [f"{where}: expected an object ({typ})"]
+    fields = {json: attr for attr, json in model.attribute_map.items()}
+    out = [f"{where}.{k}: no such field in {typ}" for k in data if k not in fields]
+    return out + [p for k, v in data.items() if k in fields
+                  for p in schema_problems(v, model.openapi_types[fields[k]], f"{where}.{k}")]
+
+
+@pytest.mark.parametrize("folder", [DEPLOY, DNS_DEPLOY], ids=["deploy", "deploy-dns"])
+def test_the_manifests_match_the_kubernetes_schema(folder: Path) -> None:
+    import kubernetes.client as k8s
+    client = k8s.ApiClient()
+    docs = manifests(folder)
+    assert docs
+    for doc in docs:
+        typ = doc["apiVersion"].rpartition("/")[2].capitalize() + doc["kind"]  # apps/v1 Deployment → V1Deployment
+        assert schema_problems(doc, typ, doc["kind"]) == []
+        client._ApiClient__deserialize(doc, typ)  # the models' own checks: required fields, enums
 
 
 def granted(role: dict[str, Any]) -> set[tuple[str, str, str]]:
@@ -178,3 +222,61 @@ def test_the_containerfile_copies_what_exists_and_installs_the_tools() -> None:
         for src in sources:
             assert (ROOT / src).exists(), f"COPY {src}: missing"
     assert "pip install" in joined
+
+
+def test_the_dns_deployment_is_a_drop_in_for_kubeadms_coredns(tmp_path: Path) -> None:
+    kinds = [d["kind"] for d in manifests(DNS_DEPLOY)]
+    assert kinds == ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "Service"]
+    dep, svc = of_kind("Deployment", DNS_DEPLOY), of_kind("Service", DNS_DEPLOY)
+    pod = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] == 2 and dep["metadata"]["namespace"] == "kube-system"
+    assert dep["spec"]["template"]["metadata"]["labels"]["k8s-app"] == "kube-dns"
+    assert svc["spec"]["selector"] == {"k8s-app": "kube-dns"}  # CoreDNS's pods and ours alike
+    assert svc["metadata"]["name"] == "kube-dns" and svc["spec"]["clusterIP"] == "10.96.0.10"
+    assert [(p["port"], p["protocol"]) for p in svc["spec"]["ports"]] == [(53, "UDP"), (53, "TCP"), (9153, "TCP")]
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    anti = anti["podAffinityTerm"]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["labelSelector"]["matchExpressions"] == [{"key": "k8s-app", "operator": "In", "values": ["kube-dns"]}]
+    assert pod["serviceAccountName"] == of_kind("ServiceAccount", DNS_DEPLOY)["metadata"]["name"]
+    role = of_kind("ClusterRole", DNS_DEPLOY)
+    assert of_kind("ClusterRoleBinding", DNS_DEPLOY)["roleRef"]["name"] == role["metadata"]["name"]
+    c = pod["containers"][0]
+    ports = {p["name"]: (p["containerPort"], p["protocol"]) for p in c["ports"]}
+    assert ports == {"dns": (53, "UDP"), "dns-tcp": (53, "TCP"), "metrics": (9153, "TCP"),
+                     "liveness-probe": (8080, "TCP"), "readiness-probe": (8181, "TCP")}
+    live, ready = c["livenessProbe"]["httpGet"], c["readinessProbe"]["httpGet"]
+    assert (live["path"], ports[live["port"]][0]) == ("/health", 8080)
+    assert (ready["path"], ports[ready["port"]][0]) == ("/ready", 8181)
+    # the arguments parse as netkit dns's, with the ConfigMap's values where the pod's env puts them
+    cm = of_kind("ConfigMap", DNS_DEPLOY)["data"]
+    env = {e["name"]: cm[e["valueFrom"]["configMapKeyRef"]["key"]] for e in c["env"]
+           if "configMapKeyRef" in e.get("valueFrom", {})}
+    assert {e["name"] for e in c["env"]} == set(env) | {"POD_IP"}
+    argv = []
+    for arg in c["args"]:
+        for name, value in env.items():
+            arg = arg.replace(f"$({name})", value)
+        argv.append(arg)
+    from netkit.dns.command import register as register_dns
+    top = argparse.ArgumentParser()
+    register_dns(top.add_subparsers())
+    assert c["command"] == ["netkit"] and "$(" not in " ".join(argv)
+    args = top.parse_args(argv)
+    assert (args.listen, args.pods, args.ttl, args.cache_ttl, args.loadbalance) == (
+        "0.0.0.0:53", "insecure", 30, 30.0, "round_robin")
+    assert (args.health_listen, args.ready_listen, args.metrics_listen) == (":8080", ":8181", ":9153")
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+def test_kubectl_accepts_the_dns_manifests(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with TestApiServer() as srv:
+            kubectl = Kubectl(srv, tmp_path)
+            out = await kubectl("create", "--validate=false", "-f", str(DNS_DEPLOY))
+            assert out.count("created") == 6, out
+            got = yaml.safe_load(await kubectl("get", "-n", "kube-system", "service/kube-dns", "-o", "yaml"))
+            assert got["spec"]["clusterIP"] == "10.96.0.10"
+            await kubectl("get", "-n", "kube-system", "deployment/netkit-dns", "-o", "name")
+
+    run(scenario(), timeout=40)

@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netkit.dns.metrics import COREDNS_METRICS
-from netkit.testing.apiserver import TestApiServer
+from netkit.testing.apiserver import TestApiServer, rbac_uncovered
 from tests.conftest import ROOT
 from tests.dnsserver.conftest import LoopThread, TestUpstream, free_port, need_dig
 
@@ -141,6 +141,21 @@ def test_headless_services_and_namespaces_are_watched_like_coredns(synced: tuple
     api.create(hl)
     api.create(headless_slice("db", ["10.244.1.5", "10.244.2.5"]))  # labelled headless: kube-proxy skips it
     wait_for(lambda: addresses(server.ask(f"db.default{Z}")) == ["10.244.1.5", "10.244.2.5"], timeout=1.0)
+
+
+def test_deploy_dns_cluster_role_covers_what_netkit_dns_requests(synced: tuple[Api, NetkitDns]) -> None:
+    """deploy/dns/10-rbac.yaml allows every request of a running netkit dns (no Pods in insecure mode),
+    and grants only list and watch of what it watches (Endpoints: the fallback without slices)."""
+    import yaml
+    api, _ = synced
+    role = next(d for d in yaml.safe_load_all((ROOT / "deploy" / "dns" / "10-rbac.yaml").read_text())
+                if d["kind"] == "ClusterRole")
+    assert rbac_uncovered(api.srv.audit, role) == []
+    used = {(a.group, a.resource) for a in api.srv.audit if a.resource}
+    assert used == {("", "services"), ("", "namespaces"), ("discovery.k8s.io", "endpointslices")}
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    assert granted == {(g, r, v) for g, r in used | {("", "endpoints")} for v in ("list", "watch")}
 
 
 def test_metrics_have_coredns_names_and_labels(synced: tuple[Api, NetkitDns]) -> None:
