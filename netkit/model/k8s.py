@@ -107,7 +107,7 @@ class _Reader:
         text = self.string(value, path, required=True)
         assert text is not None
         try:
-            return ipv4_fast(text) or ip_address(text)
+            return ipv4_fast(text) or parse_ip_sloppy(text)
         except ValueError:
             self.fail(path, f"{text!r} is not a valid IP address")
 
@@ -115,7 +115,7 @@ class _Reader:
         text = self.string(value, path, required=True)
         assert text is not None
         try:
-            return ip_network(text.strip(), strict=False)
+            return parse_cidr_sloppy(text.strip())
         except ValueError:
             self.fail(path, f"{text!r} is not a valid CIDR")
 
@@ -281,7 +281,7 @@ def _cluster_ips(r: _Reader, spec: Mapping[str, Any],
     if len(ips) > 2 or (len(ips) == 2 and ips[0].version == ips[1].version):
         r.fail(path, "at most one address per IP family")
     single = spec.get("clusterIP")
-    if single not in (None, "") and str(single) != str(ips[0]):
+    if single not in (None, "") and str(single) != str(ips[0]) and _sloppy_or_none(single) != ips[0]:
         r.fail("spec.clusterIP", f"{single!r} must equal spec.clusterIPs[0] ({ips[0]})")
     return ips, False
 
@@ -512,7 +512,7 @@ def _node(r: _Reader, doc: Mapping[str, Any]) -> list[KubeObject]:
     cidrs = []
     for i, text in enumerate(raw_cidrs):
         try:
-            cidrs.append(ip_network(str(text), strict=False))
+            cidrs.append(parse_cidr_sloppy(str(text)))
         except ValueError:
             r.fail(f"spec.podCIDRs[{i}]", f"{text!r} is not a CIDR")
     taints = tuple(str(r.mapping(t, f"spec.taints[{i}]").get("key") or "")
@@ -558,6 +558,47 @@ def list_items(doc: Any) -> Iterator[Any]:
             yield from list_items(item)
     elif doc is not None:
         yield doc
+
+
+# Leading zeros on the numbers of a dotted quad (also one embedded in IPv6, and a CIDR's prefix
+# length): k8s.io/utils/net's ParseIPSloppy / ParseCIDRSloppy strip them and read the numbers as
+# decimal, as Go did before 1.17. Older apiservers stored such addresses ("172.30.0.041"), and
+# kube-proxy serves them as 172.30.0.41, so the model does too, rather than drop the object.
+_SLOPPY_ZEROS = re.compile(r"(^|:)0*(0|[1-9][0-9]*)\.0*(0|[1-9][0-9]*)\.0*(0|[1-9][0-9]*)\.0*(0|[1-9][0-9]*)"
+                           r"((/)0*(0|[1-9][0-9]*))?$")
+
+
+def _strip_zeros(text: str) -> str:
+    return _SLOPPY_ZEROS.sub(r"\1\2.\3.\4.\5\7\8", text)
+
+
+def parse_ip_sloppy(text: str) -> IPAddress:
+    """An address as kube-proxy reads it (ParseIPSloppy): `172.30.0.041` is 172.30.0.41."""
+    try:
+        return ip_address(text)
+    except ValueError:
+        stripped = _strip_zeros(text)
+        if stripped == text:
+            raise
+        return ip_address(stripped)
+
+
+def _sloppy_or_none(value: Any) -> IPAddress | None:
+    try:
+        return parse_ip_sloppy(str(value))
+    except ValueError:
+        return None
+
+
+def parse_cidr_sloppy(text: str) -> IPNetwork:
+    """A CIDR as kube-proxy reads it (ParseCIDRSloppy); host bits allowed, as Go's ParseCIDR."""
+    try:
+        return ip_network(text, strict=False)
+    except ValueError:
+        stripped = _strip_zeros(text)
+        if stripped == text:
+            raise
+        return ip_network(stripped, strict=False)
 
 
 def ipv4_fast(text: str) -> IPv4Address | None:

@@ -6,6 +6,8 @@ lists endpoints in, how it reads addresses, the chains it writes for localhost N
 
 from __future__ import annotations
 
+import pytest
+
 from netkit.config import Config, parse_cidrs
 from netkit.model import IPFamily, build
 from netkit.rules.iptables.compile import compile as compile_iptables
@@ -31,3 +33,34 @@ def test_endpoints_in_kube_proxys_string_order() -> None:
     got6 = _svc_jumps(BASE, IPFamily.IPV6, f.service(ip="fd00:96::10"),
                       f.slice_(endpoints=eps6, address_type="IPv6"))
     assert got6 == ["[fd00::10]:8080", "[fd00::1:0]:8080", "[fd00::2]:8080"]
+
+
+def test_addresses_with_leading_zeros_read_as_kube_proxy_does() -> None:
+    """Older apiservers stored `172.30.0.041`; kube-proxy reads every address and CIDR with
+    k8s.io/utils/net ParseIPSloppy / ParseCIDRSloppy (leading zeros stripped, decimal), so the Service
+    is served on 172.30.0.41 rather than dropped."""
+    svc = f.service(ip="172.30.0.041", type="LoadBalancer", externalIPs=["192.168.099.011"],
+                    loadBalancerSourceRanges=["203.0.113.000/025"],
+                    ports=[{"name": "p80", "port": 80, "nodePort": 3001, "protocol": "TCP"}],
+                    status={"loadBalancer": {"ingress": [{"ip": "001.002.003.004"}]}})
+    eps = f.slice_(endpoints=[f.endpoint("10.180.000.001")], ports=[{"name": "p80", "port": 80}])
+    objs = f.objects(svc, eps)
+    (port,) = build(objs, "node-a").family(IPFamily.IPV4)
+    assert str(port.cluster_ip) == "172.30.0.41"
+    assert [str(ip) for ip in port.external_ips] == ["192.168.99.11"]
+    assert [str(ip) for ip in port.load_balancer_ips] == ["1.2.3.4"]
+    assert [str(c) for c in port.source_ranges] == ["203.0.113.0/25"]
+    assert [str(e) for e in port.endpoints] == ["10.180.0.1:80"]
+    rs = compile_iptables(build(objs, "node-a"), BASE, IPFamily.IPV4)
+    assert any(r.startswith("-d 172.30.0.41/32 ") for r in rs.rules("nat", "KUBE-SERVICES"))
+
+
+def test_sloppy_parsing_keeps_what_is_still_invalid_invalid() -> None:
+    from netkit.model.k8s import parse_cidr_sloppy, parse_ip_sloppy
+    assert str(parse_ip_sloppy("::ffff:1.2.3.004")) == "::ffff:102:304"
+    assert str(parse_ip_sloppy("fd00::1")) == "fd00::1"
+    for bad in ("1.2.3.0256", "1.2.3", "01.2.3.4.5", "1.2.3.-4", "0x1.2.3.4"):
+        with pytest.raises(ValueError):
+            parse_ip_sloppy(bad)
+    with pytest.raises(ValueError):
+        parse_cidr_sloppy("1.2.3.0/033")
