@@ -172,7 +172,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             p = be.plan(live, desired)
             # An empty plan means in sync, whatever the summaries say.
             changes = [] if p.empty else plan_summary(be, live, desired, summary.addresses(inputs.state, family))
-            stale = leftover_lines(be.name, _leftovers(be.name, kernel, family, args.netns, live))
+            stale = leftover_lines(be.name, _leftovers(be.name, kernel.iptables_flavour, family, args.netns, live))
             report[family.value] = FamilyDiff(p.empty and not stale, changes, p, be.foreign(live, desired) + stale,
                                             kept)
         pending = any(not r.in_sync or r.services for r in report.values())
@@ -270,7 +270,8 @@ def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrup
         for k in kept:
             print(f"netkit: {family.value}: {k}: kept, invalid input (its live rules stay as they are)",
                   file=sys.stderr)
-        work.append((family, kernel, be.plan(live, desired), _leftovers(be.name, kernel, family, args.netns, live)))
+        others = _leftovers(be.name, kernel.iptables_flavour, family, args.netns, live)
+        work.append((family, kernel, be.plan(live, desired), others))
     cleanup.refuse_if_blocked([s for *_, surveys in work for s in surveys])
     if interrupted.is_set():
         return _interrupted("nothing was written, the node is unchanged")
@@ -322,9 +323,9 @@ def deferred_sigint() -> Iterator[threading.Event]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _leftovers(mode: str, kernel: object, family: IPFamily, netns: str | None, live: object) -> list[Survey]:
-    """What modes other than `mode` left in the kernel (netkit.rules.cleanup.leftovers)."""
-    backend = getattr(kernel, "resolved_backend", None)
+def _leftovers(mode: str, backend: str | None, family: IPFamily, netns: str | None, live: object) -> list[Survey]:
+    """What modes other than `mode` left in the kernel (netkit.rules.cleanup.leftovers); `backend`:
+    the iptables flavour the mode's kernel edge uses, if any."""
     known = live if mode == "iptables" and isinstance(live, IptablesRuleset) else None
     return cleanup.leftovers(mode, family, netns, backend=backend, known=known)
 

@@ -89,6 +89,11 @@ class Kernel(Protocol[R, P_contra]):
     def cleanup(self) -> int | None:
         """Remove everything netkit wrote; returns how many objects went, when known."""
 
+    @property
+    def iptables_flavour(self) -> str | None:
+        """The iptables this edge writes with ("legacy" or "nft", detected when configured "auto"),
+        None when it writes no iptables rules (nftables mode, fakes)."""
+
 
 class Compiler(Protocol[R_co]):
     """`compile` with a memory for one (config, family), for the daemon: its result equals

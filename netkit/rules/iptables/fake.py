@@ -28,6 +28,10 @@ class FakeKernel:
     def dump(self) -> Ruleset:
         return self.state
 
+    @property
+    def iptables_flavour(self) -> str | None:
+        return None  # a fake writes with no iptables
+
     def dump_reusing(self, committed: Ruleset) -> Ruleset:
         return self.dump()
 

@@ -62,6 +62,10 @@ class IptablesKernel:
             return self.backend
         return detect_backend(self.family, self.netns)
 
+    @property
+    def iptables_flavour(self) -> str | None:
+        return self.resolved_backend
+
     def tool(self, what: str) -> str:
         base = "iptables" if self.family is IPFamily.IPV4 else "ip6tables"
         suffix = f"-{what}" if what else ""

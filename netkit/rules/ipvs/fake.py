@@ -49,6 +49,8 @@ class FakeKernel:
         mine = owned(s.services, s.addresses, s.sets)
         return replace(s, services=mine, sets=tuple(x for x in s.sets if n.is_ours(x.name)))
 
+    iptables_flavour = None  # a fake writes no iptables rules
+
     def dump_reusing(self, committed: Ruleset) -> Ruleset:
         return self.dump()
 

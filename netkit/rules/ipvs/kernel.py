@@ -61,6 +61,10 @@ class IPVSKernel:
         return Ruleset(self.family, sort_services(list(owned(services, addresses, sets))), addresses, sets,
                        self.dump_iptables())
 
+    @property
+    def iptables_flavour(self) -> str | None:
+        return self.iptables.resolved_backend
+
     def dump_iptables(self) -> ipt.Ruleset:
         """IPVS mode's chains and the built-in chains (for the entry jumps); nobody else's chains."""
         live = self.iptables.dump(tuple(n.CHAINS))

@@ -35,6 +35,8 @@ class FakeKernel:
     def dump(self) -> Ruleset | None:
         return self.state
 
+    iptables_flavour = None  # a fake writes no iptables rules
+
     def dump_reusing(self, committed: Ruleset | None) -> Ruleset | None:
         return self.dump()
 

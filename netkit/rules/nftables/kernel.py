@@ -60,6 +60,8 @@ class NftKernel:
             raise KernelError(f"nft list table {self.family} {self.table} failed", stderr=err)
         return parse(out, self.family, self.table)
 
+    iptables_flavour = None  # nftables mode writes no iptables rules
+
     def dump_reusing(self, committed: Ruleset | None) -> Ruleset | None:
         return self.dump()
 
