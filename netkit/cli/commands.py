@@ -58,9 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_input_options(p, manifests_required=False)
     p.add_argument("--mode", choices=("iptables", "ipvs", "nftables"), default=None,
                    help="whose rules to trace (default: the config file's mode, else iptables)")
-    p.add_argument("--to", required=True, metavar="IP:PORT[/PROTO]", help="destination, e.g. 10.96.0.10:80/tcp")
+    p.add_argument("--to", required=True, metavar="IP:PORT[/PROTO]|SERVICE.NAMESPACE[:PORT]",
+                   help="destination, e.g. 10.96.0.10:80/tcp, or a Service's cluster IP by name: web.default:80 "
+                        "(a port number or name; needs -f)")
     p.add_argument("--from", dest="source", metavar="IP",
-                   help="source address (default: the node itself, its first node IP)")
+                   help="source address (default: the node itself, its first node IP; with --netns and no node "
+                        "IP known, the namespace's first address that is not loopback)")
     p.add_argument("--in-interface", metavar="IFACE", help="interface the packet arrives on, if it matters")
     p.add_argument("-v", "--verbose", action="store_true", help="show the rules every outcome walks")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")

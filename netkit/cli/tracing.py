@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from ipaddress import ip_address
 
-from netkit.cli.inputs import check_netns, config_from_args, load_inputs
+from netkit.cli.inputs import Inputs, check_netns, config_from_args, load_inputs
 from netkit.errors import NetkitError
-from netkit.model import IPFamily
+from netkit.model import IPFamily, NodeState, lookup
 from netkit.model.types import IPAddress
 from netkit.netns import exists, run
 from netkit.rules.backend import Backend, P, R
@@ -49,14 +50,16 @@ def parse_destination(text: str) -> tuple[IPAddress, int, str]:
 
 
 def run_trace(args: argparse.Namespace) -> int:
-    dst, dport, proto = parse_destination(args.to)
+    inputs = load_inputs(args) if args.files else None
+    state = inputs.state if inputs else None
+    dst, dport, proto = _destination(args.to, state)
     family = IPFamily.of(dst)
 
     given = parse_source(args.source, dst) if args.source else None
 
     def run(be: Backend[R, P]) -> int:
-        ruleset, local = _rules_and_addresses(args, family, be)
-        src = given or next((a for a in local if a.version == dst.version), None)
+        ruleset, node_ips, local = _rules_and_addresses(args, family, be, inputs)
+        src = given or default_source(node_ips, local, dst)
         if src is None:
             raise NetkitError("--from is needed: the node's own address is not known (give --node-ip or a Node object)")
         pkt = Packet(src, dst, dport, proto, local_addresses=local, in_iface=args.in_interface)
@@ -64,14 +67,34 @@ def run_trace(args: argparse.Namespace) -> int:
             raise NetkitError(f"no netkit {be.name} rules in {args.netns} ({family.value}): nothing to trace "
                               "(apply first, or trace the manifests with -f)")
         outcomes = be.trace(ruleset, pkt)
+        found = lookup.match(state, dst, dport, proto, local) if state else None
+        note = lookup.miss(state, dst, dport, proto) if state and not found else None
         if args.output == "json":
-            json.dump(_json(pkt, outcomes), sys.stdout, indent=2)
+            json.dump(_json(pkt, outcomes, found, note), sys.stdout, indent=2)
             sys.stdout.write("\n")
         else:
-            _print(pkt, outcomes, args.verbose)
+            _print(pkt, outcomes, args.verbose, found, note)
         return 0
 
     return with_backend(config_from_args(args).mode, run)
+
+
+def _destination(text: str, state: NodeState | None) -> tuple[IPAddress, int, str]:
+    """--to: IP:PORT[/PROTO], or SERVICE.NAMESPACE[:PORT][/PROTO] resolved through the model."""
+    head = text.partition("/")[0].rpartition(":")[0] or text.partition("/")[0]
+    if "." in head and not head.replace(".", "").isdigit() and not head.startswith("["):
+        if state is None:
+            raise NetkitError(f"--to {text!r}: a Service name needs the manifests (-f) to look it up")
+        p = lookup.resolve(state, text)
+        return p.cluster_ip, p.port, p.protocol.lower
+    return parse_destination(text)
+
+
+def default_source(node_ips: Sequence[IPAddress], local: Sequence[IPAddress], dst: IPAddress) -> IPAddress | None:
+    """The node itself: its first node IP of dst's family, else the namespace's first address that is
+    not loopback, else loopback."""
+    same = [a for a in (*node_ips, *local) if a.version == dst.version]
+    return next((a for a in same if not a.is_loopback), same[0] if same else None)
 
 
 def parse_source(text: str, dst: IPAddress) -> IPAddress:
@@ -94,19 +117,20 @@ def _has_rules(ruleset: object) -> bool:
     return ruleset is not None  # nftables: None is "no netkit table"
 
 
-def _rules_and_addresses(args: argparse.Namespace, family: IPFamily,
-                         be: Backend[R, P]) -> tuple[R, tuple[IPAddress, ...]]:
+def _rules_and_addresses(args: argparse.Namespace, family: IPFamily, be: Backend[R, P], inputs: Inputs | None,
+                         ) -> tuple[R, tuple[IPAddress, ...], tuple[IPAddress, ...]]:
+    """The rules, the node IPs and every local address."""
     check_netns(args)
     if args.netns:
         if not exists(args.netns):
             raise NetkitError(f"--netns {args.netns}: no such network namespace (see `ip netns list`)")
-        config = replace(config_from_args(args), iptables_backend=args.iptables_backend)
+        config = replace(inputs.config if inputs else config_from_args(args), iptables_backend=args.iptables_backend)
         live = be.kernel(config, family, args.netns).dump()
-        return live, _netns_addresses(args.netns) + config.node_ips
-    if not args.files:
+        node_ips = (*config.node_ips, *(inputs.state.node.ips if inputs else ()))
+        return live, node_ips, (*node_ips, *_netns_addresses(args.netns))
+    if inputs is None:
         raise NetkitError("give manifests (-f) to trace a compiled ruleset, or --netns NAME to trace a live one")
-    inputs = load_inputs(args)
-    return be.compile(inputs.state, inputs.config, family), inputs.state.node.ips
+    return be.compile(inputs.state, inputs.config, family), inputs.state.node.ips, inputs.state.node.ips
 
 
 def _netns_addresses(netns: str) -> tuple[IPAddress, ...]:
@@ -120,9 +144,14 @@ def _where(pkt: Packet) -> str:
     return "arriving at this node: prerouting → input/forward → postrouting"
 
 
-def _print(pkt: Packet, outcomes: list[Outcome], verbose: bool) -> None:
+def _print(pkt: Packet, outcomes: list[Outcome], verbose: bool, found: lookup.Match | None = None,
+           note: str | None = None) -> None:
     out = sys.stdout
     out.write(f"{pkt.src} → {_hp(pkt.dst, pkt.dport)}/{pkt.proto}  ({_where(pkt)})\n")
+    if found:
+        out.write(f"  {found.line()}\n")
+    if note:
+        out.write(f"  note: {note}\n")
     for o in outcomes:
         out.write(f"  {o.probability * 100:5.1f}%  {_describe(o)}\n")
         if o.reason:
@@ -152,12 +181,20 @@ def _hp(ip: IPAddress, port: int) -> str:
     return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
 
 
-def _json(pkt: Packet, outcomes: list[Outcome]) -> dict[str, object]:
+TRACE_SCHEMA = "netkit.trace/v1"  # docs/cli.md "trace -o json"
+
+
+def _json(pkt: Packet, outcomes: list[Outcome], found: lookup.Match | None = None,
+          note: str | None = None) -> dict[str, object]:
     return {
+        "schema": TRACE_SCHEMA,
         "packet": {"src": str(pkt.src), "dst": str(pkt.dst), "dport": pkt.dport, "proto": pkt.proto,
                    "from_node": pkt.from_node},
+        "service": found.to_json() if found else None,
+        "note": note,
         "outcomes": [{
-            "probability": o.probability, "verdict": o.verdict, "destination": o.destination,
+            "probability": o.probability, "verdict": "dnat" if o.verdict == "accept" and o.destination else o.verdict,
+            "destination": o.destination,
             "masquerade": o.masquerade,
             "reason": {"table": o.reason.table, "chain": o.reason.chain, "index": o.reason.index,
                        "rule": o.reason.rule} if o.reason else None,
