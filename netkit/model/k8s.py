@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from ipaddress import IPv4Address, ip_address, ip_network
+from socket import AF_INET, inet_pton
 from typing import Any, NoReturn
 
 from netkit.errors import InvalidObject, Problem
@@ -391,12 +392,53 @@ def _endpoint_slice(r: _Reader, doc: Mapping[str, Any]) -> list[KubeObject]:
     atype: AddressType = r.enum(doc.get("addressType"), "addressType", AddressType, None)
     if atype is None:
         r.fail("addressType", "required field is missing")
-    endpoints = tuple(_endpoint(r, e, f"endpoints[{i}]", atype)
+    endpoints = tuple(_plain_endpoint(e, atype) or _endpoint(r, e, f"endpoints[{i}]", atype)
                       for i, e in enumerate(r.sequence(doc.get("endpoints"), "endpoints")))
     ports = tuple(p for p in (_endpoint_port(r, e, f"ports[{i}]")
                               for i, e in enumerate(r.sequence(doc.get("ports"), "ports"))) if p)
     return [EndpointSlice(ref, service, atype, endpoints, ports, labels,
                           r.annotations(meta.get("annotations"), "metadata.annotations"))]
+
+
+def _plain_endpoint(item: Any, atype: AddressType) -> Endpoint | None:
+    """The common endpoint (IPv4 addresses, boolean conditions, string node name and zone, no
+    hints) read without a field path per value: 100,000 of them take a third of the time. None
+    when anything is unusual or wrong; `_endpoint` then reads it, with the path in its error."""
+    if type(item) is not dict or atype is not AddressType.IPV4 or item.get("hints") is not None:
+        return None
+    raw, cond, node, zone = item.get("addresses"), item.get("conditions"), item.get("nodeName"), item.get("zone")
+    if type(raw) is not list or not raw or not (cond is None or type(cond) is dict):
+        return None
+    if not (node is None or type(node) is str) or not (zone is None or type(zone) is str):
+        return None
+    addresses = []
+    for a in raw:
+        address = ipv4_fast(a) if type(a) is str else None
+        if address is None:
+            return None
+        addresses.append(address)
+    ready, serving, terminating = (cond.get("ready"), cond.get("serving"), cond.get("terminating")) if cond \
+        else (None, None, None)
+    if not all(v is None or type(v) is bool for v in (ready, serving, terminating)):  # not 0/1: not booleans
+        return None
+    hostname, target = item.get("hostname"), item.get("targetRef")
+    if hostname in ("", None):
+        hostname = None
+    elif type(hostname) is not str or not _DNS_LABEL.match(hostname):
+        return None
+    if target is not None and type(target) is not dict:
+        return None
+    ready = ready is not False
+    return Endpoint(
+        addresses=tuple(addresses),
+        ready=ready,
+        serving=ready if serving is None else serving,
+        terminating=terminating is True,
+        hostname=hostname,
+        node_name=node or None,
+        zone=zone or None,
+        target_ref=_pod_ref(target) if target else None,
+    )
 
 
 def _endpoint(r: _Reader, item: Any, path: str, atype: AddressType) -> Endpoint:
@@ -435,7 +477,10 @@ def _endpoint(r: _Reader, item: Any, path: str, atype: AddressType) -> Endpoint:
 
 
 def _target_ref(r: _Reader, value: Any, path: str) -> ObjectRef | None:
-    ref = r.mapping(value, path)
+    return _pod_ref(r.mapping(value, path))
+
+
+def _pod_ref(ref: Mapping[str, Any]) -> ObjectRef | None:
     if ref.get("kind") != "Pod" or not isinstance(ref.get("name"), str):
         return None
     return ObjectRef(str(ref.get("namespace") or ""), ref["name"])
@@ -602,19 +647,11 @@ def parse_cidr_sloppy(text: str) -> IPNetwork:
 
 
 def ipv4_fast(text: str) -> IPv4Address | None:
-    """A dotted-quad IPv4 address without `ipaddress`'s string parser (half the decode time of
-    100,000 endpoint addresses); None for anything else, which `ip_address` then judges (and
-    words the error). Accepts exactly what ip_address accepts: four decimal octets 0-255, no
-    leading zeros."""
-    parts = text.split(".")
-    if len(parts) != 4:
+    """A dotted-quad IPv4 address without `ipaddress`'s string parser (4× faster on 100,000 endpoint
+    addresses): the C library's inet_pton checks it. None for anything else, which `ip_address`
+    then judges (and words the error). Accepts exactly what ip_address accepts: four decimal octets
+    0-255, no leading zeros, nothing around them (test)."""
+    try:
+        return IPv4Address(int.from_bytes(inet_pton(AF_INET, text), "big"))
+    except (OSError, ValueError):  # not a dotted quad; ValueError: a NUL or a non-encodable character
         return None
-    n = 0
-    for part in parts:
-        if not (part.isascii() and part.isdigit()) or len(part) > 3 or (len(part) > 1 and part[0] == "0"):
-            return None
-        octet = int(part)
-        if octet > 255:
-            return None
-        n = n << 8 | octet
-    return IPv4Address(n)

@@ -120,7 +120,8 @@ def test_unknown_kinds_are_ignored_and_lists_expand() -> None:
 
 
 @pytest.mark.parametrize("text", ["10.0.0.1", "0.0.0.0", "255.255.255.255", "1.2.3", "1.2.3.4.5", "01.2.3.4",
-                                  "1.2.3.256", "1.2.3.-1", "1.2.3. 4", "١.2.3.4", "1.2.3.4 ", "fd00::1", "", "a.b.c.d"])
+                                  "1.2.3.256", "1.2.3.-1", "1.2.3. 4", "١.2.3.4", "1.2.3.4 ", "fd00::1", "", "a.b.c.d",
+                                  "1.2.3.4\x00", "1.2.3.4\n", "0x1.2.3.4", "1.2.3.04", "1.2.3.4/32"])
 def test_the_fast_ipv4_reader_accepts_exactly_what_ipaddress_accepts(text: str) -> None:
     from ipaddress import ip_address
 
@@ -131,3 +132,54 @@ def test_the_fast_ipv4_reader_accepts_exactly_what_ipaddress_accepts(text: str) 
         expected = None
     got = ipv4_fast(text)
     assert got == (expected if expected is not None and expected.version == 4 else None)
+
+
+_ENDPOINTS = [
+    {"addresses": ["10.0.0.1"]},
+    {"addresses": ["10.0.0.1", "10.0.0.2"], "nodeName": "n1", "zone": "z", "hostname": "web-0",
+     "conditions": {"ready": False, "serving": True, "terminating": True},
+     "targetRef": {"kind": "Pod", "namespace": "ns", "name": "web-0"}},
+    {"addresses": ["10.0.0.1"], "conditions": {}, "nodeName": "", "zone": "", "hostname": "",
+     "targetRef": {"kind": "Service", "name": "x"}},
+    {"addresses": ["10.0.0.1"], "conditions": {"ready": None, "serving": False}},
+    {"addresses": ["10.0.0.1"], "hints": {"forZones": [{"name": "z"}]}},
+]
+_BAD_ENDPOINTS = [
+    ({"addresses": []}, "endpoints[0].addresses: must hold at least one address"),
+    ({"addresses": ["10.0.0.256"]}, "endpoints[0].addresses[0]: '10.0.0.256' is not a valid IP address"),
+    ({"addresses": ["fd00::1"]}, "endpoints[0].addresses[0]: fd00::1 is not an IPv4 address"),
+    ({"addresses": [7]}, "endpoints[0].addresses[0]: expected a string, got int 7"),
+    ({"addresses": ["10.0.0.1"], "conditions": {"ready": 1}},
+     "endpoints[0].conditions.ready: expected true or false, got int 1"),
+    ({"addresses": ["10.0.0.1"], "conditions": {"terminating": 0}},
+     "endpoints[0].conditions.terminating: expected true or false, got int 0"),
+    ({"addresses": ["10.0.0.1"], "nodeName": 5}, "endpoints[0].nodeName: expected a string, got int 5"),
+    ({"addresses": ["10.0.0.1"], "hostname": "Web_0"}, "endpoints[0].hostname: 'Web_0' is not a DNS label"),
+    ({"addresses": ["10.0.0.1"], "targetRef": "pod"}, "endpoints[0].targetRef: expected an object"),
+    ({"addresses": "10.0.0.1"}, "endpoints[0].addresses: expected a list"),
+]
+
+
+def _slice_with(endpoint: object) -> dict[str, object]:
+    return {"kind": "EndpointSlice", "addressType": "IPv4", "endpoints": [endpoint],
+            "metadata": {"name": "s-1", "namespace": "ns", "labels": {"kubernetes.io/service-name": "s"}}}
+
+
+@pytest.mark.parametrize("endpoint", _ENDPOINTS)
+def test_the_plain_endpoint_reader_reads_what_the_full_reader_reads(endpoint: dict[str, object]) -> None:
+    from netkit.model.k8s import _endpoint, _plain_endpoint, _Reader
+    from netkit.model.types import AddressType
+
+    full = _endpoint(_Reader("f", "EndpointSlice", "ns/s-1"), endpoint, "endpoints[0]", AddressType.IPV4)
+    plain = _plain_endpoint(endpoint, AddressType.IPV4)
+    assert plain is None or plain == full
+    [decoded] = from_k8s(_slice_with(endpoint), "f")
+    assert isinstance(decoded, EndpointSlice) and decoded.endpoints == (full,)
+
+
+@pytest.mark.parametrize(("endpoint", "reason"), _BAD_ENDPOINTS)
+def test_an_unusual_endpoint_is_judged_by_the_full_reader_with_its_path(endpoint: dict[str, object],
+                                                                       reason: str) -> None:
+    with pytest.raises(InvalidObject) as exc:
+        from_k8s(_slice_with(endpoint), "f.yaml:3")
+    assert reason in str(exc.value)
