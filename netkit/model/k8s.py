@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from ipaddress import IPv4Address, ip_address, ip_network
-from socket import AF_INET, inet_pton
 from typing import Any, NoReturn
 
 from netkit.errors import InvalidObject, Problem
@@ -646,12 +645,17 @@ def parse_cidr_sloppy(text: str) -> IPNetwork:
         return ip_network(stripped, strict=False)
 
 
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_DOTTED_QUAD = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}").fullmatch
+
+
 def ipv4_fast(text: str) -> IPv4Address | None:
     """A dotted-quad IPv4 address without `ipaddress`'s string parser (4× faster on 100,000 endpoint
-    addresses): the C library's inet_pton checks it. None for anything else, which `ip_address`
-    then judges (and words the error). Accepts exactly what ip_address accepts: four decimal octets
+    addresses): one regular expression checks it. None for anything else, which `ip_address` then
+    judges (and words the error). Accepts exactly what ip_address accepts: four ASCII decimal octets
     0-255, no leading zeros, nothing around them (test)."""
-    try:
-        return IPv4Address(int.from_bytes(inet_pton(AF_INET, text), "big"))
-    except (OSError, ValueError):  # not a dotted quad; ValueError: a NUL or a non-encodable character
+    m = _DOTTED_QUAD(text)
+    if m is None:
         return None
+    a, b, c, d = m.groups()
+    return IPv4Address(int(a) << 24 | int(b) << 16 | int(c) << 8 | int(d))

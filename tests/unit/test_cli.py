@@ -116,3 +116,29 @@ def test_missing_netns_is_a_clear_error() -> None:
     proc = run("diff", "-f", str(EXAMPLES), "--netns", "netkit-no-such-ns")
     assert proc.returncode == 2
     assert "no such network namespace" in proc.stderr
+
+
+def test_the_command_table_names_every_subcommand_with_the_module_that_registers_it() -> None:
+    import argparse
+    import importlib
+
+    from netkit.cli import COMMAND_MODULES, COMMANDS
+    registered: dict[str, str] = {}
+    for module in COMMAND_MODULES:
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register(sub)
+        registered.update(dict.fromkeys(sub.choices, module))
+    assert registered == COMMANDS
+
+
+def test_a_command_line_imports_only_its_own_command_module() -> None:
+    import subprocess
+    import sys
+    code = ("import sys; from netkit.cli import parser; "
+            "parser(['compile', '-f', 'x']).parse_args(['compile', '-f', 'x']); "
+            "print(sorted(m for m in ('netkit.dns.command', 'netkit.lab.command', 'netkit.runtime.command', "
+            "'aiohttp') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    every = subprocess.run([sys.executable, "-m", "netkit", "--help"], capture_output=True, text=True, check=True)
+    assert all(name in every.stdout for name in ("compile", "dns", "lab", "run"))
