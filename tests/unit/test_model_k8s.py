@@ -143,6 +143,7 @@ _ENDPOINTS = [
      "targetRef": {"kind": "Service", "name": "x"}},
     {"addresses": ["10.0.0.1"], "conditions": {"ready": None, "serving": False}},
     {"addresses": ["10.0.0.1"], "hints": {"forZones": [{"name": "z"}]}},
+    {"addresses": ["172.30.0.041"]},  # leading zeros: the full reader's ParseIPSloppy
 ]
 _BAD_ENDPOINTS = [
     ({"addresses": []}, "endpoints[0].addresses: must hold at least one address"),
