@@ -3,17 +3,22 @@
     build the lab (netkit/lab) → `netkit diff` (dry run: what would change) → `netkit apply` into node A
     → `netkit diff` again (now in sync) → for each example service: real connections from a client,
     tallied by the backend that answered and the source address it saw, next to `trace`'s prediction
-    over the rules node A now holds → tear the lab down.
+    over the rules node A now holds → cluster DNS: `netkit dns` on node A serving the examples, a pod
+    resolving `web` by its short name with glibc's resolver (`getent hosts`, its own resolv.conf with
+    the pod search path) and connecting to the address it got → tear the lab down.
 
-The lab is always removed, also on failure, Ctrl-C or SIGTERM (`netkit.lab.running`). Needs root.
+The lab is always removed, also on failure, Ctrl-C or SIGTERM (`netkit.lab.running`), and so is the
+pod's /etc/netns/<netns>/resolv.conf (which `ip netns exec` bind-mounts over /etc/resolv.conf). Needs root.
 The netkit commands run as the CLI a user would type; the traffic and the prediction use the library.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -34,6 +39,8 @@ EXAMPLES = ROOT / "examples"
 BACKEND = "nft"  # iptables-nft, Debian's default; `legacy` works the same
 NODE_ARGS = ["--node-name", "node-a", "--cluster-cidr", "10.244.0.0/16", "--cluster-cidr", "fd00:244::/56"]
 SERVICE_LINE = re.compile(r"^\s+[+~-] \S+/\S+")  # "  + default/web:http 3 endpoints"
+ETC_NETNS = Path("/etc/netns")
+DNS_CLIENT = "client-a"
 BOLD, PLAIN = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
 
 
@@ -168,6 +175,64 @@ def refused_or_dropped(replies: list[Reply], outcomes: list[Outcome]) -> bool:
     return ok
 
 
+def pod_resolv_conf(server: IPAddress) -> str:
+    """What kubelet writes for a pod in `default` with dnsPolicy ClusterFirst (timeouts kept short)."""
+    return (f"nameserver {server}\nsearch default.svc.cluster.local svc.cluster.local cluster.local\n"
+            "options ndots:5 timeout:1 attempts:2\n")
+
+
+def getent(netns: str, name: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", "netns", "exec", netns, "getent", "hosts", name], capture_output=True,
+                          text=True, timeout=15)
+
+
+def dns(lab: Lab, files: list[str]) -> bool:
+    """`netkit dns` on node A; a pod resolves `web` through its search path and connects to it."""
+    server = lab.node_a.address(4)
+    pod = lab.pod(DNS_CLIENT)
+    args = ["dns", *files, "--listen", f"{server}:53", "--upstream", "127.0.0.1:9", "--upstream-timeout", "0.2",
+            "--metrics-listen", "", "--health-listen", "", "--ready-listen", ""]
+    print(f"$ ip netns exec {lab.node_a.netns} netkit {shlex.join(args)} &")
+    proc = subprocess.Popen(["ip", "netns", "exec", lab.node_a.netns, sys.executable, "-m", "netkit", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    made = [d for d in (ETC_NETNS, ETC_NETNS / pod.netns) if not d.exists()]
+    conf = ETC_NETNS / pod.netns / "resolv.conf"
+    try:
+        for d in made:
+            d.mkdir()
+        conf.write_text(pod_resolv_conf(server))
+        print(f"{conf} (what kubelet gives a pod in default):")
+        print("".join("  " + line + "\n" for line in conf.read_text().splitlines()), end="")
+        return resolve_and_connect(lab, pod.netns, proc)
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=10)
+        conf.unlink(missing_ok=True)
+        for d in reversed(made):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+def resolve_and_connect(lab: Lab, netns: str, server: subprocess.Popen[str]) -> bool:
+    deadline = time.monotonic() + 15
+    while (got := getent(netns, "web")).returncode != 0 and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)  # netkit dns is starting
+    print(f"$ ip netns exec {netns} getent hosts web")
+    print("  " + (got.stdout.strip() or f"(exit {got.returncode}) {got.stderr.strip()}"))
+    fields = got.stdout.split()
+    if got.returncode != 0 or fields[1:2] != ["web.default.svc.cluster.local"]:
+        print("  ✗ the short name did not resolve through the search path")
+        return False
+    replies = lab.connect_many(DNS_CLIENT, fields[0], 80, "tcp", count=6, timeout=2.0)
+    answered = Counter(r.backend for r in replies if r.answered)
+    print(f"{DNS_CLIENT} → {fields[0]}:80/tcp, 6 connections: " + ", ".join(f"{n} {k}" for k, n in sorted(
+        answered.items())))
+    ok = sum(answered.values()) == len(replies)
+    print("  " + ("✓ resolved by its short name and reached" if ok else "✗ not every connection was answered"))
+    return ok
+
+
 def main() -> int:
     if os.geteuid() != 0:
         print("make demo needs root: it builds a lab of network namespaces", file=sys.stderr)
@@ -196,10 +261,13 @@ def demo() -> int:
         local = node_addresses(lab)
         agree = [report(lab, s, local) for s in SCENARIOS]
         print("\ndb (headless) and search (ExternalName) have no ClusterIP: no proxy rules, only DNS.")
+        title("cluster DNS: a pod finds `web` by its short name (glibc's resolver, the pod search path)")
+        resolved = dns(lab, files)
         title("tear the lab down")
-    ok = pending == 1 and in_sync == 0 and all(agree)
+    ok = pending == 1 and in_sync == 0 and all(agree) and resolved
     print(f"demo {'finished' if ok else 'FAILED'} in {time.monotonic() - started:.1f}s: "
-          f"{sum(agree)}/{len(agree)} services behaved as trace predicted; the lab is gone")
+          f"{sum(agree)}/{len(agree)} services behaved as trace predicted; "
+          f"DNS by short name {'worked' if resolved else 'FAILED'}; the lab is gone")
     return 0 if ok else 1
 
 
