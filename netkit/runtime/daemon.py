@@ -56,6 +56,10 @@ from netkit.runtime.runner import Runner
 from netkit.runtime.syncer import SyncEngine, Syncer, SyncResult
 from netkit.sources.store import Change, Store
 
+# `--dns-listen`'s pod records (netkit.dns.view.PodMode): off, since kube-proxy's watches bring no
+# Namespaces to check pod names against (`netkit dns` defaults to kubeadm's `pods insecure`)
+DNS_PODS = "disabled"
+
 log = logging.getLogger("netkit.daemon")
 
 
@@ -175,8 +179,8 @@ class Daemon:
         serves pod records disabled, so the DaemonSet's ClusterRole needs no Pod access."""
         if not self.options.dns_listen:
             return False
-        from netkit.dns.view import Options, PodMode
-        return Options().pods is PodMode.VERIFIED
+        from netkit.dns.view import PodMode
+        return PodMode(DNS_PODS) is PodMode.VERIFIED
 
     async def _start_http(self) -> list[web.AppRunner]:
         """/healthz+/livez and /metrics. A port that cannot be bound is logged and tried again every
@@ -228,9 +232,9 @@ class Daemon:
         from netkit.dns.engine import Engine
         from netkit.dns.server import DnsServer
         from netkit.dns.upstream import Forwarder, parse_address, resolv_conf_upstreams
-        from netkit.dns.view import Options
+        from netkit.dns.view import Options, PodMode
 
-        options = Options()
+        options = Options(pods=PodMode(DNS_PODS))  # kube-proxy's watches have no Namespaces to check pod names against
         self._dns_options = options
         # without --dns-upstream: the node's resolvers, as kubeadm's `forward . /etc/resolv.conf`
         upstreams = [parse_address(u) for u in self.options.dns_upstreams] or resolv_conf_upstreams()

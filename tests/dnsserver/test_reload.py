@@ -91,3 +91,15 @@ def test_a_file_that_cannot_be_read_keeps_the_previous_view(served: tuple[Path, 
     assert rcode(port, f"alpha.default{Z}") == dns.rcode.NOERROR
     (path / "a.yaml").write_text(svc("alpha", "10.96.1.9"))
     wait_for(lambda: address(port, f"alpha.default{Z}") == "10.96.1.9")
+
+
+def test_namespace_objects_in_the_files_count(served: tuple[Path, int]) -> None:
+    """A Namespace without Services is NODATA, not NXDOMAIN; its pod names answer (pods insecure, the
+    default), those of a namespace that does not exist are NXDOMAIN — as CoreDNS with the API."""
+    path, port = served
+    assert rcode(port, "quiet.svc.cluster.local.") == dns.rcode.NXDOMAIN
+    assert rcode(port, "10-244-1-5.quiet.pod.cluster.local.") == dns.rcode.NXDOMAIN
+    (path / "ns.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: quiet}\n")
+    wait_for(lambda: rcode(port, "quiet.svc.cluster.local.") == dns.rcode.NOERROR)
+    assert address(port, "10-244-1-5.quiet.pod.cluster.local.") == "10.244.1.5"
+    assert rcode(port, "10-244-1-5.elsewhere.pod.cluster.local.") == dns.rcode.NXDOMAIN
