@@ -18,11 +18,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic
 
 from netkit.cli.inputs import Inputs, add_input_options, check_netns, load_inputs
+from netkit.cli.progress import Progress
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
 from netkit.rules import cleanup, summary
-from netkit.rules.backend import Backend, P, R
+from netkit.rules.backend import Backend, Kernel, P, R
 from netkit.rules.cleanup import Survey
 from netkit.rules.iptables.kernel import ApplyInterrupted, IptablesKernel
 from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
@@ -73,13 +74,22 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("cleanup", help="remove everything netkit wrote, nothing else")
     p.add_argument("--mode", choices=("iptables", "ipvs", "nftables"), default=None,
                    help="only this mode's objects (default: every mode's, as kube-proxy --cleanup)")
-    p.add_argument("--ip-family", choices=tuple(FAMILIES), default=None)
+    p.add_argument("--ip-family", choices=tuple(FAMILIES), default=None,
+                   help="only this family (default: both)")
     _kernel_options(p)
+    _verbose(p)
     p.set_defaults(func=cmd_cleanup)
+
+
+def _verbose(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="progress on stderr, a line per phase with counts and elapsed time, also when stderr "
+                        "is not a terminal (on a terminal it is always shown)")
 
 
 def _common(p: argparse.ArgumentParser, *, kernel: bool = False) -> None:
     add_input_options(p)
+    _verbose(p)
     p.add_argument("--mode", choices=("iptables", "ipvs", "nftables"), default=None,
                    help="dataplane backend (default: the config file's mode, else iptables)")
     p.add_argument("--ip-family", choices=tuple(FAMILIES), default=None,
@@ -109,6 +119,17 @@ def _setup(args: argparse.Namespace) -> Inputs:
     return inputs
 
 
+def _read(args: argparse.Namespace, progress: Progress) -> Inputs:
+    with progress.phase("read the input") as done:
+        inputs = _setup(args)
+        done(f"{len(inputs.objects.services)} Services, {len(inputs.objects.slices)} EndpointSlices")
+    return inputs
+
+
+def _ports(inputs: Inputs, family: IPFamily) -> int:
+    return sum(1 for p in inputs.state.ports if p.family is family)
+
+
 def _check_netns(args: argparse.Namespace) -> None:
     check_netns(args)
     if getattr(args, "netns", None) and not exists(args.netns):
@@ -129,11 +150,21 @@ def _desired(be: Backend[R, P], inputs: Inputs, family: IPFamily, live: R) -> tu
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    inputs = _setup(args)
+    progress = Progress.for_args(args.verbose)
+    with progress.running():
+        return _compile(args, progress)
+
+
+def _compile(args: argparse.Namespace, progress: Progress) -> int:
+    inputs = _read(args, progress)
     families = _families(args)
 
     def run(be: Backend[R, P]) -> int:
-        rulesets = {f: be.compile(inputs.state, inputs.config, f) for f in families}
+        rulesets = {}
+        for f in families:
+            with progress.phase(f"{f.value}: compile") as done:
+                rulesets[f] = be.compile(inputs.state, inputs.config, f)
+                done(f"{_ports(inputs, f)} service ports")
         if args.output == "json":
             doc = {"mode": be.name, "families": {f.value: be.to_json(r) for f, r in rulesets.items()}}
             json.dump(doc, sys.stdout, indent=2)
@@ -164,17 +195,23 @@ DIFF_SCHEMA = "netkit.diff/v1"  # docs/cli.md "diff -o json"; bump on an incompa
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    inputs = _setup(args)
+    progress = Progress.for_args(args.verbose)
+    with progress.running():
+        return _diff(args, progress)
+
+
+def _diff(args: argparse.Namespace, progress: Progress) -> int:
+    inputs = _read(args, progress)
 
     def run(be: Backend[R, P]) -> int:
         report: dict[str, FamilyDiff[P]] = {}
         for family in _families(args):
             kernel = be.kernel(inputs.config, family, args.netns)
-            live = kernel.dump()
-            desired, kept = _desired(be, inputs, family, live)
-            p = be.plan(live, desired)
+            live, desired, kept, p = _read_and_plan(be, inputs, family, kernel, progress)
             # An empty plan means in sync, whatever the summaries say.
-            changes = [] if p.empty else plan_summary(be, live, desired, summary.addresses(inputs.state, family))
+            with progress.phase(f"{family.value}: summarise") as done:
+                changes = [] if p.empty else plan_summary(be, live, desired, summary.addresses(inputs.state, family))
+                done(Totals.of(changes).line())
             stale = leftover_lines(be.name, _leftovers(be.name, kernel.iptables_flavour, family, args.netns, live))
             report[family.value] = FamilyDiff(p.empty and not stale, changes, p, be.foreign(live, desired) + stale,
                                             kept)
@@ -258,23 +295,39 @@ def cmd_apply(args: argparse.Namespace) -> int:
     to another mode's chains stops the apply before anything changes. SIGINT (Ctrl-C) is honoured
     at the next safe point — between table commits, batches or families — never inside one: exit
     130 with one line saying what the node holds."""
-    inputs = _setup(args)
+    progress = Progress.for_args(args.verbose)
+    with progress.running():
+        inputs = _read(args, progress)
     with deferred_sigint() as interrupted:
-        return with_backend(inputs.config.mode, lambda be: _apply(be, inputs, args, interrupted))
+        return with_backend(inputs.config.mode, lambda be: _apply(be, inputs, args, interrupted, progress))
 
 
 
-def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrupted: threading.Event) -> int:
+def _read_and_plan(be: Backend[R, P], inputs: Inputs, family: IPFamily, kernel: Kernel[R, P],
+                   progress: Progress) -> tuple[R, R, list[str], P]:
+    """Dump the live rules, compile (keeping what invalid input protects) and plan, one phase each."""
+    with progress.phase(f"{family.value}: read the live rules"):
+        live = kernel.dump()
+    with progress.phase(f"{family.value}: compile") as done:
+        desired, kept = _desired(be, inputs, family, live)
+        done(f"{_ports(inputs, family)} service ports")
+    with progress.phase(f"{family.value}: plan") as done:
+        p = be.plan(live, desired)
+        done(str(p.stats()))
+    return live, desired, kept, p
+
+
+def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrupted: threading.Event,
+           progress: Progress) -> int:
     work = []
     for family in _families(args):
         kernel = be.kernel(inputs.config, family, args.netns)
-        live = kernel.dump()
-        desired, kept = _desired(be, inputs, family, live)
+        live, desired, kept, p = _read_and_plan(be, inputs, family, kernel, progress)
         for k in kept:
             print(f"netkit: {family.value}: {k}: kept, invalid input (its live rules stay as they are)",
                   file=sys.stderr)
         others = _leftovers(be.name, kernel.iptables_flavour, family, args.netns, live)
-        work.append((family, kernel, be.plan(live, desired), others))
+        work.append((family, kernel, p, others))
     cleanup.refuse_if_blocked([s for *_, surveys in work for s in surveys])
     if interrupted.is_set():
         return _interrupted("nothing was written, the node is unchanged")
@@ -282,6 +335,7 @@ def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrup
         rest = "".join(f"; {f.value}: not started" for f, *_ in work[n + 1:])
         if isinstance(kernel, IptablesKernel):
             kernel.stop = interrupted.is_set
+            kernel.progress = lambda state, f=family: progress.say(f"{f.value}: {state}")
         if p.empty:
             print(f"netkit: {family.value}: already in sync", file=sys.stderr)
         else:
@@ -297,7 +351,8 @@ def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrup
             left = ", other modes' rules not yet removed" if stale else ""
             return _interrupted(f"{family.value}: applied{left}{rest}")
         if stale:
-            cleanup.execute(surveys)
+            with progress.phase(f"{family.value}: remove other modes' leftovers"):
+                cleanup.execute(surveys)
             removed = "; ".join(d for s in surveys for d in s.describe())
             print(f"netkit: {family.value}: removed what other modes left: {removed}", file=sys.stderr)
     if interrupted.is_set():
@@ -347,8 +402,15 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     _check_netns(args)
     modes = (args.mode,) if args.mode else cleanup.MODES
     backends = cleanup.IPTABLES_BACKENDS if args.iptables_backend == "auto" else (args.iptables_backend,)
-    surveys = [cleanup.survey(modes, f, args.netns, iptables_backends=backends) for f in _families(args)]
-    cleanup.execute(surveys)
+    progress = Progress.for_args(args.verbose)
+    with progress.running():
+        surveys = []
+        for f in _families(args):
+            with progress.phase(f"{f.value}: survey") as done:
+                surveys.append(cleanup.survey(modes, f, args.netns, iptables_backends=backends))
+                done("; ".join(surveys[-1].describe()) or "nothing of netkit's")
+        with progress.phase("remove"):
+            cleanup.execute(surveys)
     for s in surveys:
         what = "; ".join(s.describe()) or "nothing of netkit's was there"
         print(f"netkit: {s.family.value}: removed {what}" if not s.empty else f"netkit: {s.family.value}: {what}",

@@ -55,6 +55,7 @@ class IptablesKernel:
     backend: str = "auto"
     wait_seconds: int = 5  # xtables lock wait, as kube-proxy
     stop: Callable[[], bool] | None = None  # asked between commits (see the module docstring)
+    progress: Callable[[str], None] | None = None  # told what is written at each point `stop` is asked
 
     @cached_property
     def resolved_backend(self) -> str:
@@ -121,6 +122,8 @@ class IptablesKernel:
             self._ensure_jump(jump.table, jump.chain, jump.rule, jump.position)
 
     def _stop_point(self, state: str) -> None:
+        if self.progress is not None and state != "nothing was written":
+            self.progress(state.split(":")[0])
         if self.stop is not None and self.stop():
             raise ApplyInterrupted(state)
 
