@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from netkit import yamlload
 from netkit.errors import NetkitError
 from netkit.model.types import IPAddress, IPFamily, IPNetwork
 
@@ -421,8 +422,8 @@ def _line_map(node: yaml.Node, prefix: str = "") -> dict[str, int]:
 def load_kube_proxy_configuration(text: str, source: str = "config") -> Config:
     """Decode a KubeProxyConfiguration file's text (errors name FILE:LINE and the field)."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        doc = yaml.safe_load(text)
+        node = yamlload.compose(text)
+        doc = yamlload.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: invalid YAML: {exc}") from exc
     return from_kube_proxy_configuration(doc, source, _line_map(node) if node is not None else {})

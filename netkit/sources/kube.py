@@ -40,6 +40,7 @@ import yaml
 from kubernetes.aio import client as kclient
 from kubernetes.aio import config as kconfig
 
+from netkit import yamlload
 from netkit.errors import NetkitError
 from netkit.model.types import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
 from netkit.sources.reflector import (
@@ -152,7 +153,7 @@ def _token_file(settings: ApiSettings) -> str | None:
     """The current user's `tokenFile` in the kubeconfig (kubeadm's kube-proxy kubeconfig.conf has one:
     the service account's projected token, which the kubelet rotates)."""
     try:
-        doc = yaml.safe_load(Path(settings.kubeconfig).read_text(encoding="utf-8"))
+        doc = yamlload.safe_load(Path(settings.kubeconfig).read_text(encoding="utf-8"))
         ctx_name = settings.context or doc.get("current-context")
         ctx = next(c["context"] for c in doc.get("contexts") or [] if c.get("name") == ctx_name)
         user = next(u["user"] for u in doc.get("users") or [] if u.get("name") == ctx.get("user"))

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from netkit import yamlload
 from netkit.lab.errors import LabError
 
 JSON = dict[str, Any]
@@ -38,7 +39,7 @@ def default_dir() -> Path:
 
 def documents(deploy_dir: Path) -> Iterator[JSON]:
     for path in sorted(deploy_dir.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yamlload.safe_load_all(path.read_text()):
             if isinstance(doc, dict):
                 yield doc
 
@@ -81,7 +82,7 @@ def field_env(c: JSON, node: str) -> dict[str, str]:
 
 def lab_config(text: str, mode: str, cluster_cidr: str, kubeconfig: str) -> tuple[str, bool]:
     """(the KubeProxyConfiguration with the lab's values, whether it names a kubeconfig)."""
-    doc = yaml.safe_load(text)
+    doc = yamlload.safe_load(text)
     if not isinstance(doc, dict) or doc.get("kind") != "KubeProxyConfiguration":
         return text, False
     doc["mode"] = mode
