@@ -127,7 +127,7 @@ class Engine:
             reply = self.shuffle(reply)
         if reply.forward or reply.chase is not None:
             return Upstream(data, query, reply, tcp), query
-        out = encode(query, reply, reply_limit(query.edns, tcp))
+        out = encode(query, reply, reply_limit(query.edns, tcp), zone=self.options.zone)
         if reply.from_view and query.plain and view is not None and view is self.view and not shuffled:
             self._store(data, query, out, tcp)
         return out, query

@@ -7,12 +7,13 @@ when nothing should be sent back (shorter than a header, or a response rather th
 those would let two servers ping-pong).
 
 `encode(query, reply, limit)` writes a reply with dnslib's record packers into a buffer that compresses
-names case-insensitively. The question is written first, as received, so every later name that repeats
-it — or ends like it — is a pointer into it: the query's case is echoed in the answer and authority
-sections (the additional section keeps the canonical case, as CoreDNS's does), and a cached reply
-serves any casing of the same name once its question bytes are patched. A reply larger than `limit` is
-cut at the last whole record that fits; TC is set when answer or authority records were dropped
-(additional records may be dropped silently, RFC 2181 §9). The OPT record is kept after any cut.
+names case-insensitively where CoreDNS echoes the query's case: the owners of the question's records
+and of the authority, and the zone part of every name (other names keep the view's canonical case, see
+_Buffer). The question is written first, as received, so each echoed name is a pointer into it, and a
+cached reply serves any casing of the same name once its question bytes are patched. A reply larger
+than `limit` is cut at the last whole record that fits; TC is set when answer or authority records
+were dropped (additional records may be dropped silently, RFC 2181 §9). The OPT record is kept after
+any cut.
 """
 
 from __future__ import annotations
@@ -175,22 +176,30 @@ def reply_limit(edns: Edns | None, tcp: bool) -> int:
 
 
 class _Buffer(DNSBuffer):  # type: ignore[misc]
-    """dnslib's buffer, with name compression that ignores ASCII case.
+    """dnslib's buffer, with name compression that ignores ASCII case where the query's case is echoed.
 
-    In `canonical` mode (the additional section) names are written as the view has them, in
-    CoreDNS's canonical case: they point only at names written the same way, never into the question,
-    so they do not depend on the query's case (and a cached reply stays byte-exact for every case)."""
+    Names are written in one of two ways, as CoreDNS writes them. *Echoed*: the owner names of the
+    records for the question itself and of the authority section compress case-insensitively, so
+    they point into the question and repeat the query's case. *Canonical*: every other name (record
+    data such as SRV and CNAME targets, owners of other names' records, the additional section) keeps
+    the view's case below the zone and points only at names written the same way; only its zone part
+    points case-insensitively, so the zone repeats the query's case. Either way every byte that
+    depends on the query's case is a pointer into the question, and a cached reply stays byte-exact
+    for every casing once its question is patched."""
 
-    def __init__(self, data: bytes = b"") -> None:
+    def __init__(self, data: bytes, zone: tuple[bytes, ...]) -> None:
         super().__init__(data)
-        self.canonical = False
+        self.zone = zone
+        self.echo_next = False  # how to write the next name (an RR's owner); its data is canonical
         self.exact: dict[tuple[bytes, ...], int] = {}
 
     def encode_name(self, name: DNSLabel | str) -> None:
         labels = list((name if isinstance(name, DNSLabel) else DNSLabel(name)).label)
-        names = self.exact if self.canonical else self.names
+        echo, self.echo_next = self.echo_next, False
         while labels:
-            key = tuple(labels) if self.canonical else tuple(x.lower() for x in labels)
+            lower = tuple(x.lower() for x in labels)
+            in_zone = echo or (len(lower) <= len(self.zone) and lower == self.zone[len(self.zone) - len(lower):])
+            names, key = (self.names, lower) if in_zone else (self.exact, tuple(labels))
             pointer = names.get(key)
             if pointer is not None:
                 self.pack("!H", 0xC000 | pointer)
@@ -225,21 +234,25 @@ def to_rr(rec: Record) -> RR:
 
 
 def encode(query: Query, reply: Reply, limit: int, extra: Sequence[RR] = (), extra_authority: Sequence[RR] = (),
-           truncated: bool = False) -> bytes:
+           truncated: bool = False, zone: Name = ()) -> bytes:
     """The reply to `query`. A chased CNAME brings the upstream's records: `extra` are appended to the
     answer, `extra_authority` (the SOA of its NXDOMAIN or NODATA) to the authority, and `truncated`
-    keeps the upstream's TC bit."""
+    keeps the upstream's TC bit. `zone` (the cluster zone) is written in the query's case wherever it
+    ends a name (see _Buffer)."""
     answer = [to_rr(r) for r in reply.answer] + list(extra)
     authority = [to_rr(r) for r in reply.authority] + list(extra_authority)
     sections = (answer, authority, [to_rr(r) for r in reply.additional])
-    buf = _Buffer(b"\x00" * HEADER.size)
+    buf = _Buffer(b"\x00" * HEADER.size, tuple(x.encode("latin-1") for x in zone))
     buf.offset = HEADER.size
-    buf.encode_name(DNSLabel(_raw_labels(query.raw_name)))
+    question = _raw_labels(query.raw_name)
+    buf.echo_next = True  # the question as received: every echoed name points into it
+    buf.encode_name(DNSLabel(question))
     buf.pack("!HH", query.qtype, query.qclass)
+    asked = tuple(x.lower() for x in question)
     ends = [len(buf.data)]
     for index, section in enumerate(sections):
-        buf.canonical = index == 2
         for rr in section:
+            buf.echo_next = index == 1 or (index == 0 and tuple(x.lower() for x in rr.rname.label) == asked)
             rr.pack(buf)
             ends.append(len(buf.data))
     opt = _opt(query.edns, reply.rcode)

@@ -2,9 +2,11 @@
 
 The cases are those of coredns/coredns plugin/kubernetes: handler_test.go (dnsTestCases, nsTestCases,
 notSyncedTestCases), handler_pod_insecure_test.go, handler_pod_verified_test.go,
-kubernetes_apex_test.go and reverse_test.go. Their fixture objects (svc1, svcempty, svc6, hdls1,
-hdlsprtls, external, svc-dual-stack, ... in namespace testns) are written below as manifests, so the
-same facts reach netkit's view the way a cluster's objects do. Expectations are zone-file lines with
+handler_pod_disabled_test.go, kubernetes_apex_test.go, reverse_test.go, and handler_case_test.go
+(dnsPreserveCaseCases: which names repeat the query's letter case, so asked over the wire). Their
+fixture objects (svc1, svcempty, svc6, hdls1, hdlsprtls, external, svc-dual-stack, ... in namespace
+testns) are written below as manifests, so the same facts reach netkit's view the way a cluster's
+objects do. Expectations are zone-file lines with
 CoreDNS's TTL of 5; answers and additional records are compared as sets (CoreDNS's SortAndCheck sorts
 them too), negative answers must carry the zone SOA. Where netkit deliberately differs, the case says
 so (`DIFFERS`) and docs/dns.md explains why; the case then asserts netkit's answer.
@@ -17,6 +19,7 @@ from ipaddress import ip_address
 
 import pytest
 
+from netkit.dns.engine import Engine
 from netkit.dns.names import name_from_text
 from netkit.dns.resolver import Rcode, RType, resolve
 from netkit.dns.view import Options, PodMode, View, build
@@ -212,7 +215,7 @@ HDLS_EXTRA = "\n".join([f"172-0-0-2.{H} 5 IN A 172.0.0.2", f"172-0-0-3.{H} 5 IN 
 HDLS_A = "\n".join(f"{H} 5 IN A 172.0.0.{i}" for i in (2, 3, 4, 5))
 R6 = "0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.c.b.a.4.3.2.1.ip6.arpa."
 F6 = "0.0.0.0.0.0.0.0.0.0.0.3.0.0.7.7.0.0.0.0.d.f.ip6.arpa."
-ENDPOINT_CASES = "CoreDNS answers it only from its own reverse zone; kubeadm's Corefile falls through, as netkit"
+FALLTHROUGH = "CoreDNS answers it only from its own reverse zone; kubeadm's Corefile falls through, as netkit"
 
 CASES = [
     c("dnsTestCases", f"svc1{Z}", "A", OK, f"svc1{Z} 5 IN A 10.0.0.1"),
@@ -304,12 +307,32 @@ REVERSE_CASES = [
       f"a.0.0.0.0.0.0.0.0.0.{F6} 5 IN PTR ip6svc1ex.svc1.testns.svc.cluster.local."),
     c("TestReverse", f"6.a.b.9.2.0.0.0.0.0.{F6}", "PTR", OK,
       f"6.a.b.9.2.0.0.0.0.0.{F6} 5 IN PTR ip6svc1in.svc1.testns.svc.cluster.local."),
-    c("TestReverse", "101.0.0.10.in-addr.arpa.", "PTR", OK, upstream=True, differs=ENDPOINT_CASES),
+    c("TestReverse", "101.0.0.10.in-addr.arpa.", "PTR", OK, upstream=True, differs=FALLTHROUGH),
     c("TestReverse", "example.org.cluster.local.", "PTR", NX,
       differs="a name of no schema shape in the zone is NXDOMAIN, as the spec's wrongly shaped names"),
 ]
 
+POD_DISABLED = [
+    c("podModeDisabledCases", "10-240-0-1.podns.pod.cluster.local.", "A", NX),
+    c("podModeDisabledCases", "172-0-0-2.podns.pod.cluster.local.", "A", NX),
+]
+
 NOT_SYNCED = [c("notSyncedTestCases", f"svc0{Z}", "A", FAIL)]
+
+# (question, type, rcode, answer, additional, authority) as dnspython prints them
+PRESERVE_CASE = [
+    ("not-a-service.testns.svc.ClUsTeR.lOcAl.", "A", NX, [], [],
+     ["ClUsTeR.lOcAl. 5 IN SOA ns.dns.ClUsTeR.lOcAl. hostmaster.ClUsTeR.lOcAl. 1 7200 1800 86400 5"]),
+    ("SvC1.TeStNs.SvC.cLuStEr.LoCaL.", "A", OK, ["SvC1.TeStNs.SvC.cLuStEr.LoCaL. 5 IN A 10.0.0.1"], [], []),
+    ("_HtTp._TcP.sVc1.TeStNs.SvC.cLuStEr.LoCaL.", "SRV", OK,
+     # DIFFERS: CoreDNS's target ends in the query's case (svc1.testns.svc.cLuStEr.LoCaL.). An SRV target
+     # is never compressed (RFC 2782), so it cannot point at the question: netkit writes it canonical,
+     # which keeps the reply cache's bytes the same for every casing of the question.
+     ["_HtTp._TcP.sVc1.TeStNs.SvC.cLuStEr.LoCaL. 5 IN SRV 0 100 80 svc1.testns.svc.cluster.local."],
+     ["svc1.testns.svc.cLuStEr.LoCaL. 5 IN A 10.0.0.1"], []),
+    ("Cluster.local.", "SOA", OK,
+     ["Cluster.local. 5 IN SOA ns.dns.Cluster.local. hostmaster.Cluster.local. 1 7200 1800 86400 5"], [], []),
+]
 
 
 def _view(text: str, pods: PodMode = PodMode.DISABLED) -> View:
@@ -336,7 +359,7 @@ def _ids(cases: list[Case]) -> list[str]:
     return [f"{x.table}: {x.qname} {x.qtype}" + (" (differs)" if x.differs else "") for x in cases]
 
 
-ALL = CASES + POD_INSECURE + POD_VERIFIED + REVERSE_CASES + NOT_SYNCED
+ALL = CASES + POD_INSECURE + POD_VERIFIED + POD_DISABLED + REVERSE_CASES + NOT_SYNCED
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
@@ -357,6 +380,31 @@ def test_pod_verified_cases(case: Case) -> None:
     _check(v, v.options, case)
 
 
+@pytest.mark.parametrize("case", POD_DISABLED, ids=_ids(POD_DISABLED))
+def test_pod_disabled_cases(case: Case) -> None:
+    v = _view(OBJECTS, PodMode.DISABLED)
+    _check(v, v.options, case)
+
+
+@pytest.mark.parametrize(("qname", "qtype", "rcode", "answer", "extra", "authority"), PRESERVE_CASE,
+                         ids=[f"dnsPreserveCaseCases: {x[0]} {x[1]}" + (" (differs)" if x[1] == "SRV" else "")
+                              for x in PRESERVE_CASE])
+def test_preserve_case_cases(qname: str, qtype: str, rcode: Rcode, answer: list[str], extra: list[str],
+                             authority: list[str]) -> None:
+    import dns.message
+
+    v = _view(OBJECTS)
+    engine = Engine(v.options)
+    engine.set_view(v)
+    for _ in range(2):  # the second time from the reply cache
+        out = engine.answer(dns.message.make_query(qname, qtype).to_wire(), False)
+        assert isinstance(out, bytes)
+        m = dns.message.from_wire(out)
+        lines = [[line for rrset in section for line in rrset.to_text().splitlines()]
+                 for section in (m.answer, m.additional, m.authority)]
+        assert (m.rcode(), *lines) == (rcode, answer, extra, authority)
+
+
 @pytest.mark.parametrize("case", REVERSE_CASES, ids=_ids(REVERSE_CASES))
 def test_reverse_cases(case: Case) -> None:
     v = _view(REVERSE)
@@ -370,7 +418,7 @@ def test_not_synced_cases(case: Case) -> None:
 
 
 def test_the_table_is_complete() -> None:
-    """67 cases: every case of CoreDNS's tables named above; only the documented ones differ."""
-    assert len(ALL) == 67
+    """73 cases: every case of CoreDNS's tables named above; only the documented ones differ."""
+    assert len(ALL) + len(PRESERVE_CASE) == 73
     assert [x.qname for x in ALL if x.differs] == [
         "podns.pod.cluster.local.", "101.0.0.10.in-addr.arpa.", "example.org.cluster.local."]
