@@ -7,7 +7,8 @@ PYTEST_ARGS ?=
 setup:
 	@scripts/setup.sh
 
-demo: setup
+demo:
+	@scripts/setup.sh demo
 	$(PY) -m netkit.lab.demo
 
 # Host tests (unit, goldens, network namespaces) under xdist, then the IPVS tests inside one VM boot

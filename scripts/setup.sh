@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Installs what netkit's demo and tests need, and nothing twice: Debian packages that are missing
+# Installs what the chosen profile needs, and nothing twice: Debian packages that are missing
 # (apt-get) and the Python packages into ./.venv (pip, re-run when pyproject.toml changes).
+#   scripts/setup.sh demo   what `make demo` runs: iptables, nftables, ipset, iproute2, conntrack
+#   scripts/setup.sh test   (the default) every test, also the IPVS VM (qemu, busybox) and dig/socat/tcpdump
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(iptables nftables python3-nftables ipset ipvsadm conntrack iproute2 socat ethtool tcpdump dnsutils kmod
-              qemu-system-x86 busybox-static xz-utils)
+PROFILE=${1:-test}
+DEMO_PACKAGES=(iptables nftables python3-nftables ipset conntrack iproute2 kmod)
+case "$PROFILE" in
+  demo) APT_PACKAGES=("${DEMO_PACKAGES[@]}") ;;
+  test) APT_PACKAGES=("${DEMO_PACKAGES[@]}" ipvsadm socat ethtool tcpdump dnsutils qemu-system-x86 busybox-static
+                      xz-utils) ;;
+  *) echo "setup: unknown profile '$PROFILE' (demo or test)" >&2; exit 2 ;;
+esac
 EXTRA_APT=${NETKIT_EXTRA_APT:-}
 
 missing=()

@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout = sys.stdout
     sys.stdout = _PipeSafe(stdout)
     try:
-        args = parser(argv).parse_args(argv)
+        args = parse(parser(argv), argv)
         status: int = args.func(args)
         return status
     except NetkitError as exc:
@@ -77,6 +77,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         _flush(sys.stdout)
         sys.stdout = stdout
+
+
+def parse(top: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse; an unknown option is reported with the usage of the subcommand it was given to
+    (`netkit diff --bogus` shows diff's usage, not the list of commands), as kubectl does."""
+    args, extra = top.parse_known_args(argv)
+    if extra:
+        _deepest(top, args).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _deepest(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)subcommand that was chosen: by its dest, else by its handler."""
+    for action in p._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        chosen = getattr(args, action.dest, None)
+        child = action.choices.get(chosen) if isinstance(chosen, str) else None
+        if child is None:
+            func = getattr(args, "func", None)
+            child = next((c for c in action.choices.values() if func is not None and c.get_default("func") is func),
+                         None)
+        if child is not None:
+            return _deepest(child, args)
+    return p
 
 
 def _fail(message: str, status: int) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import sys
 import threading
@@ -17,7 +16,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic
 
+from netkit.cli.filters import Filter, add_filter_options
 from netkit.cli.inputs import Inputs, add_input_options, check_netns, load_inputs
+from netkit.cli.output import STRUCTURED, emit
 from netkit.cli.progress import Progress
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
@@ -37,13 +38,16 @@ FAMILIES = {"ipv4": IPFamily.IPV4, "ipv6": IPFamily.IPV6}
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("compile", help="print the ruleset the manifests compile to (no root needed)")
     _common(p)
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    add_filter_options(p)
+    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                   help="text: the kernel tool's input; json/yaml: the ruleset as a document")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("diff", help="dry run: what apply would change, per service and per rule")
     _common(p, kernel=True)
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text",
-                   help="json: schema netkit.diff/v1 (docs/cli.md)")
+    add_filter_options(p)
+    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                   help="json/yaml: schema netkit.diff/v1 (docs/cli.md)")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--summary", action="store_true",
                        help="only the per-Service lines and the totals, not the rules")
@@ -53,10 +57,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     p = sub.add_parser("apply", help="write the compiled rules into the kernel, changing only what differs")
     _common(p, kernel=True)
+    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                   help="json/yaml: what was written, schema netkit.apply/v1 (docs/cli.md); progress stays on stderr")
     p.set_defaults(func=cmd_apply)
 
     p = sub.add_parser("trace", help="where does this packet go? (no root needed)")
     add_input_options(p, manifests_required=False)
+    add_filter_options(p)
     p.add_argument("--mode", choices=("iptables", "ipvs", "nftables"), default=None,
                    help="whose rules to trace (default: the config file's mode, else iptables)")
     p.add_argument("--to", required=True, metavar="IP:PORT[/PROTO]|SERVICE.NAMESPACE[:PORT]",
@@ -67,7 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         "IP known, the namespace's first address that is not loopback)")
     p.add_argument("--in-interface", metavar="IFACE", help="interface the packet arrives on, if it matters")
     p.add_argument("-v", "--verbose", action="store_true", help="show the rules every outcome walks")
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                   help="json/yaml: schema netkit.trace/v1 (docs/cli.md)")
     _kernel_options(p)
     p.set_defaults(func=cmd_trace)
 
@@ -78,6 +86,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="only this family (default: both)")
     _kernel_options(p)
     _verbose(p)
+    p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
+                   help="json/yaml: what was removed, schema netkit.cleanup/v1 (docs/cli.md)")
     p.set_defaults(func=cmd_cleanup)
 
 
@@ -157,6 +167,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 def _compile(args: argparse.Namespace, progress: Progress) -> int:
     inputs = _read(args, progress)
+    inputs = replace(inputs, state=Filter.of(args).state(inputs.state, inputs.objects))
     families = _families(args)
 
     def run(be: Backend[R, P]) -> int:
@@ -165,10 +176,8 @@ def _compile(args: argparse.Namespace, progress: Progress) -> int:
             with progress.phase(f"{f.value}: compile") as done:
                 rulesets[f] = be.compile(inputs.state, inputs.config, f)
                 done(f"{_ports(inputs, f)} service ports")
-        if args.output == "json":
-            doc = {"mode": be.name, "families": {f.value: be.to_json(r) for f, r in rulesets.items()}}
-            json.dump(doc, sys.stdout, indent=2)
-            sys.stdout.write("\n")
+        if args.output in STRUCTURED:
+            emit({"mode": be.name, "families": {f.value: be.to_json(r) for f, r in rulesets.items()}}, args.output)
             return 0
         for f, r in rulesets.items():
             if len(families) > 1:
@@ -202,6 +211,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _diff(args: argparse.Namespace, progress: Progress) -> int:
     inputs = _read(args, progress)
+    flt = Filter.of(args)
 
     def run(be: Backend[R, P]) -> int:
         report: dict[str, FamilyDiff[P]] = {}
@@ -211,16 +221,20 @@ def _diff(args: argparse.Namespace, progress: Progress) -> int:
             # An empty plan means in sync, whatever the summaries say.
             with progress.phase(f"{family.value}: summarise") as done:
                 changes = [] if p.empty else plan_summary(be, live, desired, summary.addresses(inputs.state, family))
+                if flt.active:
+                    keep = flt.keys({(c.service.namespace, c.service.name) for c in changes}, inputs.objects)
+                    changes = [c for c in changes if (c.service.namespace, c.service.name) in keep]
                 done(Totals.of(changes).line())
             stale = leftover_lines(be.name, _leftovers(be.name, kernel.iptables_flavour, family, args.netns, live))
-            report[family.value] = FamilyDiff(p.empty and not stale, changes, p, be.foreign(live, desired) + stale,
-                                            kept)
+            in_sync = (not changes) if flt.active else p.empty and not stale
+            report[family.value] = FamilyDiff(in_sync, changes, p, be.foreign(live, desired) + stale, kept)
         pending = any(not r.in_sync or r.services for r in report.values())
-        if args.output == "json":
-            json.dump(diff_json(be, report, args.stat, args.summary), sys.stdout, indent=2)
-            sys.stdout.write("\n")
+        # A filter shows the selected Services' lines only: the rules are shared (entry chains, maps).
+        only_summary = args.summary or flt.active
+        if args.output in STRUCTURED:
+            emit(diff_json(be, report, args.stat, only_summary), args.output)
         else:
-            _print_diff(be, report, args.stat, args.summary)
+            _print_diff(be, report, args.stat, only_summary)
         return 1 if pending else 0
 
     return with_backend(inputs.config.mode, run)
@@ -320,9 +334,15 @@ def _read_and_plan(be: Backend[R, P], inputs: Inputs, family: IPFamily, kernel: 
 def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrupted: threading.Event,
            progress: Progress) -> int:
     work = []
+    done: dict[str, dict[str, Any]] = {}  # -o json/yaml: per family, what was written
     for family in _families(args):
         kernel = be.kernel(inputs.config, family, args.netns)
         live, desired, kept, p = _read_and_plan(be, inputs, family, kernel, progress)
+        stats = p.stats()
+        done[family.value] = {"changed": not p.empty, "objects": {"written": stats.written, "deleted": stats.deleted,
+                                                                   "text": stats.text},
+                              "kept_invalid_input": [summary.ServicePortKey.parse(k).to_json() for k in kept],
+                              "removed_other_modes": []}
         for k in kept:
             print(f"netkit: {family.value}: {k}: kept, invalid input (its live rules stay as they are)",
                   file=sys.stderr)
@@ -353,8 +373,11 @@ def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrup
         if stale:
             with progress.phase(f"{family.value}: remove other modes' leftovers"):
                 cleanup.execute(surveys)
+            done[family.value]["removed_other_modes"] = [d for s in surveys for d in s.describe()]
             removed = "; ".join(d for s in surveys for d in s.describe())
             print(f"netkit: {family.value}: removed what other modes left: {removed}", file=sys.stderr)
+    if args.output in STRUCTURED:
+        emit({"schema": "netkit.apply/v1", "mode": be.name, "families": done}, args.output)
     if interrupted.is_set():
         print("netkit: interrupted after everything was written: nothing is left to do", file=sys.stderr)
         return 130
@@ -411,6 +434,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
                 done("; ".join(surveys[-1].describe()) or "nothing of netkit's")
         with progress.phase("remove"):
             cleanup.execute(surveys)
+    if args.output in STRUCTURED:
+        emit({"schema": "netkit.cleanup/v1",
+              "families": {s.family.value: {"removed": list(s.describe())} for s in surveys}}, args.output)
     for s in surveys:
         what = "; ".join(s.describe()) or "nothing of netkit's was there"
         print(f"netkit: {s.family.value}: removed {what}" if not s.empty else f"netkit: {s.family.value}: {what}",

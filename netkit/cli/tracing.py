@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from ipaddress import ip_address
 
+from netkit.cli.filters import Filter
 from netkit.cli.inputs import Inputs, check_netns, config_from_args, load_inputs
+from netkit.cli.output import STRUCTURED, emit
 from netkit.errors import NetkitError
 from netkit.model import IPFamily, NodeState, lookup
 from netkit.model.types import IPAddress
@@ -51,8 +53,10 @@ def parse_destination(text: str) -> tuple[IPAddress, int, str]:
 
 def run_trace(args: argparse.Namespace) -> int:
     inputs = load_inputs(args) if args.files else None
+    if inputs:
+        inputs = replace(inputs, state=Filter.of(args).state(inputs.state, inputs.objects))
     state = inputs.state if inputs else None
-    dst, dport, proto = _destination(args.to, state)
+    dst, dport, proto = _destination(args.to, state, args.namespace)
     family = IPFamily.of(dst)
 
     given = parse_source(args.source, dst) if args.source else None
@@ -69,9 +73,8 @@ def run_trace(args: argparse.Namespace) -> int:
         outcomes = be.trace(ruleset, pkt)
         found = lookup.match(state, dst, dport, proto, local) if state else None
         note = lookup.miss(state, dst, dport, proto) if state and not found else None
-        if args.output == "json":
-            json.dump(_json(pkt, outcomes, found, note), sys.stdout, indent=2)
-            sys.stdout.write("\n")
+        if args.output in STRUCTURED:
+            emit(_json(pkt, outcomes, found, note), args.output)
         else:
             _print(pkt, outcomes, args.verbose, found, note)
         return 0
@@ -79,15 +82,20 @@ def run_trace(args: argparse.Namespace) -> int:
     return with_backend(config_from_args(args).mode, run)
 
 
-def _destination(text: str, state: NodeState | None) -> tuple[IPAddress, int, str]:
-    """--to: IP:PORT[/PROTO], or SERVICE.NAMESPACE[:PORT][/PROTO] resolved through the model."""
-    head = text.partition("/")[0].rpartition(":")[0] or text.partition("/")[0]
-    if "." in head and not head.replace(".", "").isdigit() and not head.startswith("["):
-        if state is None:
-            raise NetkitError(f"--to {text!r}: a Service name needs the manifests (-f) to look it up")
-        p = lookup.resolve(state, text)
-        return p.cluster_ip, p.port, p.protocol.lower
-    return parse_destination(text)
+def _destination(text: str, state: NodeState | None, namespace: str | None = None) -> tuple[IPAddress, int, str]:
+    """--to: IP:PORT[/PROTO], or SERVICE[.NAMESPACE][:PORT][/PROTO] resolved through the model (the
+    namespace: -n, else `default`, as kubectl)."""
+    head = text.partition("/")[0]
+    host = head.rpartition(":")[0] if head.count(":") == 1 else head
+    if host.startswith("[") or host.replace(".", "").isdigit() or ":" in host:
+        return parse_destination(text)
+    if state is None:
+        raise NetkitError(f"--to {text!r}: a Service name needs the manifests (-f) to look it up")
+    name, sep, rest = text.partition(":")
+    if "." not in name:
+        text = f"{name}.{namespace or 'default'}" + sep + rest
+    p = lookup.resolve(state, text)
+    return p.cluster_ip, p.port, p.protocol.lower
 
 
 def default_source(node_ips: Sequence[IPAddress], local: Sequence[IPAddress], dst: IPAddress) -> IPAddress | None:

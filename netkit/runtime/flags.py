@@ -128,7 +128,7 @@ FLAGS: tuple[Flag, ...] = (
     _kp("log-text-split-stream", B, N, "netkit writes every line to stderr"),
     _nk("node-name", V, "this node's name (as --hostname-override)"),
     _nk("node-ip", L, "an address of this node (repeatable); added to the Node object's addresses"),
-    _nk("mode", V, "as --proxy-mode"),
+    _nk("mode", V, "the dataplane: iptables (default), ipvs or nftables (as --proxy-mode)"),
     _nk("sync-period", V, "full-sync period of the active mode, a duration or seconds (default 30s)"),
     _nk("min-sync-period", V, "minimum interval between syncs of the active mode (default 1s)"),
     _nk("apply-sysctls", B, "set the conntrack (and IPVS ARP) sysctls as kube-proxy does; refused with --netns"),
