@@ -6,8 +6,10 @@ import pytest
 
 from netkit.dns.names import name_from_text
 from netkit.dns.resolver import Rcode, Reply, RType, resolve
-from netkit.dns.view import Options, PodMode, View
-from tests.unit.dns_cluster import view
+from netkit.dns.view import Options, PodMode, View, build
+from netkit.model.types import Objects
+from netkit.sources.manifests import decode_text
+from tests.unit.dns_cluster import headless, objects, view
 
 SOA = "cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 30"
 Z = ".svc.cluster.local."
@@ -185,3 +187,12 @@ def test_other_zone_and_ttl() -> None:
 def test_any_returns_every_record_of_the_name() -> None:
     reply = ask(view(), f"dual.default{Z}", "ANY")
     assert {r.rtype for r in reply.answer} == {RType.A, RType.AAAA, RType.SRV}
+
+
+@pytest.mark.parametrize(("count", "weight"), [(1, 100), (2, 50), (3, 33), (6, 16), (101, 0)])
+def test_srv_weights_share_100_per_answer_as_coredns(count: int, weight: int) -> None:
+    extra, problems = decode_text(headless("many", count), "many")
+    assert not problems
+    v = build(Objects.of([*objects().services, *objects().slices, *extra]), Options())
+    reply = ask(v, f"_peer._tcp.many.default{Z}", "SRV")
+    assert len(reply.answer) == count and {r.data.weight for r in reply.answer} == {weight}  # type: ignore[union-attr]
