@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+from functools import cache
 from ipaddress import IPv4Address, ip_address, ip_network
 from typing import Any, NoReturn
 
@@ -129,9 +130,9 @@ class _Reader:
     def enum(self, value: Any, path: str, cls: Any, default: Any) -> Any:
         if value is None or value == "":
             return default
-        for member in cls:
-            if member.value == value:
-                return member
+        member = _members(cls).get(value) if isinstance(value, str) else None
+        if member is not None:
+            return member
         allowed = ", ".join(m.value for m in cls)
         self.fail(path, f"{value!r} is not one of {allowed}")
 
@@ -154,6 +155,13 @@ class _Reader:
                 self.fail(f"{path}[{key}]", "annotation keys and values must be strings")
             out.append((key, val))
         return tuple(sorted(out))
+
+
+@cache
+def _members(cls: Any) -> dict[str, Any]:
+    """An enum's members by value (the enums of netkit.model.types have string values): a look-up
+    instead of a walk over the members, 60,000 times for 10,000 Services and their slices."""
+    return {m.value: m for m in cls}
 
 
 def _describe(value: Any) -> str:
