@@ -142,3 +142,13 @@ def test_a_command_line_imports_only_its_own_command_module() -> None:
     assert out.stdout.strip() == "[]"
     every = subprocess.run([sys.executable, "-m", "netkit", "--help"], capture_output=True, text=True, check=True)
     assert all(name in every.stdout for name in ("compile", "dns", "lab", "run"))
+
+
+def test_a_one_pass_command_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    import gc
+    manifest = tmp_path / "svc.yaml"
+    manifest.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: web}\n"
+                        "spec: {clusterIP: 10.96.0.10, ports: [{port: 80}]}\n")
+    assert gc.isenabled()
+    assert main(["compile", "-f", str(manifest), "--mode", "iptables", "--node-name", "n"]) == 0
+    assert gc.isenabled()
