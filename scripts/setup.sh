@@ -9,9 +9,9 @@ cd "$(dirname "$0")/.."
 PROFILE=${1:-test}
 DEMO_PACKAGES=(iptables nftables python3-nftables ipset conntrack iproute2 kmod)
 case "$PROFILE" in
-  demo) APT_PACKAGES=("${DEMO_PACKAGES[@]}") ;;
+  demo) APT_PACKAGES=("${DEMO_PACKAGES[@]}"); EXTRAS="" ;;
   test) APT_PACKAGES=("${DEMO_PACKAGES[@]}" ipvsadm socat ethtool tcpdump dnsutils qemu-system-x86 busybox-static
-                      xz-utils) ;;
+                      xz-utils); EXTRAS="[test,bench]" ;;
   *) echo "setup: unknown profile '$PROFILE' (demo or test)" >&2; exit 2 ;;
 esac
 EXTRA_APT=${NETKIT_EXTRA_APT:-}
@@ -33,10 +33,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.netkit-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+want="$(sha256sum pyproject.toml | cut -d' ' -f1) $EXTRAS"
+# the test profile's packages include the demo's: a venv set up for tests serves the demo as it is
+if [ ! -f "$stamp" ] || { [ "$(cat "$stamp")" != "$want" ] && [ "$(cat "$stamp")" != "$want[test,bench]" ]; }; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e ".$EXTRAS"
   echo "$want" > "$stamp"
 fi
