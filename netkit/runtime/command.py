@@ -119,9 +119,6 @@ def not_applied(config: Config) -> list[str]:
                            ("ipvs_tcp_fin_timeout", "ipvs.tcpFinTimeout"), ("ipvs_udp_timeout", "ipvs.udpTimeout")):
             if getattr(config, attr):
                 out.append(f"{what}: read, but the IPVS backend does not apply it yet")
-    if config.primary_node_ports:
-        out.append("nodePortAddresses 'primary' (kube-proxy's default in nftables mode): health check node ports "
-                   "listen on the Node's primary IPs; the NodePort rules do not narrow to them yet")
     return out
 
 

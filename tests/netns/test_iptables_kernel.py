@@ -137,3 +137,26 @@ def test_auto_detects_the_backend_in_use(netns: str) -> None:
     assert detect_backend(IPFamily.IPV4, netns) == "legacy"
     auto = netkit("diff", "-f", str(EXAMPLES), *NODE, "--netns", netns, "--ip-family", "ipv4")
     assert auto.returncode == 0, auto.stdout  # auto found the legacy rules: in sync
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kube_firewall_and_nodeport_addresses_read_back_equal(netns: str, backend: str) -> None:
+    """Localhost NodePorts with nodePortAddresses: the KUBE-FIREWALL guard, its INPUT/OUTPUT jumps and
+    the per-address NodePort rules are written in exactly the spelling the kernel prints back."""
+    from netkit.config import node_port_addresses, parse_ips
+    nets, primary = node_port_addresses(["192.0.2.0/24", "127.0.0.0/8", "2001:db8::/64"], "t")
+    cfg = Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16", "fd00:244::/56"], "t"),
+                 iptables_backend=backend, localhost_nodeports=True, node_port_addresses=nets,
+                 node_port_primary=primary, node_ips=parse_ips(["192.0.2.10", "2001:db8::10"], "t"))
+    loaded = load([str(EXAMPLES / "00-node.yaml"), str(EXAMPLES / "20-web-nodeport.yaml")])
+    for family in (IPFamily.IPV4, IPFamily.IPV6):
+        desired = compile(build(loaded.objects, "node-a", cfg.node_ips), cfg, family)
+        kernel = IptablesKernel(family, netns, backend)
+        kernel.apply(plan(kernel.dump(), desired))
+        live = kernel.dump()
+        assert ("KUBE-FIREWALL" in live.chains("filter")) is (family is IPFamily.IPV4)
+        for table, chains in desired.tables.items():
+            for chain, rules in chains.items():
+                assert live.rules(table, chain) == rules, (family, table, chain)
+        assert plan(live, desired).empty
+    assert "-A INPUT -j KUBE-FIREWALL" in save(netns, backend)

@@ -32,6 +32,10 @@ GOLDEN_CASES = {
         BASE, node_port_addresses=parse_cidrs(["192.0.2.0/24"], "t"),
         node_ips=parse_ips(["192.0.2.10", "192.0.2.99"], "t")), IPFamily.IPV4),
     "edge-cases": ([EDGE], BASE, IPFamily.IPV4),
+    # kube-proxy's TestNodePorts "localhost-nodeports enabled": the KUBE-FIREWALL guard and its jumps.
+    "examples-localhost-nodeports": ([EXAMPLES], replace(
+        BASE, localhost_nodeports=True, node_port_addresses=parse_cidrs(["192.0.2.0/24", "127.0.0.0/8"], "t"),
+        node_ips=parse_ips(["192.0.2.10", "198.51.100.7"], "t")), IPFamily.IPV4),
 }
 
 

@@ -6,11 +6,16 @@ lists endpoints in, how it reads addresses, the chains it writes for localhost N
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from netkit.config import Config, parse_cidrs
+from netkit.config import Config, node_port_addresses, parse_cidrs, parse_ips
 from netkit.model import IPFamily, build
 from netkit.rules.iptables.compile import compile as compile_iptables
+from netkit.rules.iptables.ruleset import Ruleset
+from netkit.rules.nftables.compile import compile as compile_nft
+from netkit.rules.nftables.ruleset import Ruleset as NftRuleset
 from tests import factories as f
 
 BASE = Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16", "fd00:244::/56"], "test"))
@@ -64,3 +69,118 @@ def test_sloppy_parsing_keeps_what_is_still_invalid_invalid() -> None:
             parse_ip_sloppy(bad)
     with pytest.raises(ValueError):
         parse_cidr_sloppy("1.2.3.0/033")
+
+
+# --- NodePorts: localhost, nodePortAddresses, KUBE-FIREWALL (kube-proxy's TestNodePorts) ------------
+# kube-proxy's test conventions: node IPs 192.168.0.2 (primary) and 192.168.1.2, 2001:db8::1 and
+# 2001:db8:1::2; svc1 ns1 p80 NodePort 3001.
+
+NODE_IPS = parse_ips(["192.168.0.2", "192.168.1.2", "2001:db8::1", "2001:db8:1::2"], "test")
+NODEPORT_SVC = f.service("svc1", "ns1", ip=["172.30.0.41", "fd00:172:30::41"], type="NodePort",
+                         ipFamilies=["IPv4", "IPv6"],
+                         ports=[{"name": "p80", "port": 80, "nodePort": 3001, "protocol": "TCP"}])
+NODEPORT_EPS = [f.slice_("svc1", "ns1", [f.endpoint("10.180.0.1")], ports=[{"name": "p80", "port": 80}]),
+                f.slice_("svc1", "ns1", [f.endpoint("fd00:10:180::1")], name="svc1-v6",
+                         ports=[{"name": "p80", "port": 80}], address_type="IPv6")]
+GUARD = ('! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" '
+         "-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP")
+
+
+def _iptables(family: IPFamily, **changes: object) -> Ruleset:
+    config = replace(BASE, node_ips=NODE_IPS, **changes)  # type: ignore[arg-type]
+    state = build(f.objects(NODEPORT_SVC, *NODEPORT_EPS), config.node_name, config.node_ips)
+    return compile_iptables(state, config, family)
+
+
+def _tail(rs: Ruleset) -> list[str]:
+    return [r for r in rs.rules("nat", "KUBE-SERVICES") if "-j KUBE-NODEPORTS" in r]
+
+
+def _npa(*items: str) -> dict[str, object]:
+    nets, primary = node_port_addresses(list(items), "test")
+    return {"node_port_addresses": nets, "node_port_primary": primary}
+
+
+def test_localhost_nodeports_on_writes_kube_firewall_jumped_to_first() -> None:
+    rs = _iptables(IPFamily.IPV4, localhost_nodeports=True)
+    assert _tail(rs) == ['-m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in '
+                         'this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS']
+    assert rs.rules("filter", "KUBE-FIREWALL") == (GUARD,)
+    for builtin in ("INPUT", "OUTPUT"):
+        assert rs.rules("filter", builtin)[0] == "-j KUBE-FIREWALL"
+    assert "-j KUBE-FIREWALL" not in rs.rules("filter", "FORWARD")
+
+
+def test_localhost_nodeports_off_no_firewall_and_loopback_excluded() -> None:
+    rs = _iptables(IPFamily.IPV4, localhost_nodeports=False)
+    assert _tail(rs)[0].startswith("! -d 127.0.0.0/8 ")
+    assert "KUBE-FIREWALL" not in rs.chains("filter")
+    assert not any("KUBE-FIREWALL" in r for c in ("INPUT", "OUTPUT") for r in rs.rules("filter", c))
+
+
+def test_localhost_in_nodeport_addresses_needs_localhost_nodeports() -> None:
+    off = _iptables(IPFamily.IPV4, localhost_nodeports=False, **_npa("192.168.0.0/24", "127.0.0.1/32"))
+    assert [r.split()[1] for r in _tail(off)] == ["192.168.0.2/32"]
+    assert "KUBE-FIREWALL" not in off.chains("filter")
+    on = _iptables(IPFamily.IPV4, localhost_nodeports=True, **_npa("192.168.0.0/24", "127.0.0.0/8"))
+    assert [r.split()[1] for r in _tail(on)] == ["192.168.0.2/32", "127.0.0.1/32"]
+    assert on.rules("filter", "KUBE-FIREWALL") == (GUARD,)
+    # nodePortAddresses without loopback: kube-proxy turns localhost NodePorts off, no guard.
+    narrowed = _iptables(IPFamily.IPV4, localhost_nodeports=True, **_npa("192.168.0.0/24"))
+    assert "KUBE-FIREWALL" not in narrowed.chains("filter")
+
+
+def test_nodeport_addresses_count_per_family() -> None:
+    cidrs = _npa("192.168.0.0/24", "192.168.1.0/24", "2001:db8::/64")
+    assert [r.split()[1] for r in _tail(_iptables(IPFamily.IPV4, **cidrs))] == ["192.168.0.2/32", "192.168.1.2/32"]
+    assert [r.split()[1] for r in _tail(_iptables(IPFamily.IPV6, **cidrs))] == ["2001:db8::1/128"]
+    # No CIDR of a family: that family accepts NodePorts on every address (kube-proxy adds ::/0).
+    only4 = _iptables(IPFamily.IPV6, **_npa("192.168.0.0/24"))
+    assert _tail(only4)[0].startswith("! -d ::1/128 ") and "--dst-type LOCAL" in _tail(only4)[0]
+    # ::1 in nodePortAddresses: IPv6 has no localhost NodePorts.
+    assert _tail(_iptables(IPFamily.IPV6, localhost_nodeports=True, **_npa("::1/128"))) == []
+
+
+def test_nodeport_addresses_primary_is_the_first_node_ip_of_the_family() -> None:
+    rs4 = _iptables(IPFamily.IPV4, **_npa("primary"))
+    rs6 = _iptables(IPFamily.IPV6, **_npa("primary"))
+    assert [r.split()[1] for r in _tail(rs4)] == ["192.168.0.2/32"]
+    assert [r.split()[1] for r in _tail(rs6)] == ["2001:db8::1/128"]
+
+
+def test_tcp_be_liberal_drops_the_invalid_drop_rule() -> None:
+    """kube-proxy's TestDropInvalidRule; nftables: `ct state invalid drop` in the forward path."""
+    assert _iptables(IPFamily.IPV4).rules("filter", "KUBE-FORWARD")[0] == "-m conntrack --ctstate INVALID -j DROP"
+    liberal = _iptables(IPFamily.IPV4, conntrack_tcp_be_liberal=True).rules("filter", "KUBE-FORWARD")
+    assert not any("INVALID" in r for r in liberal)
+    for family in IPFamily:
+        strict = _nft(family, mode="nftables").chain_map()["filter-forward"].rules
+        assert strict[0] == "ct state invalid drop"
+        loose = _nft(family, mode="nftables", conntrack_tcp_be_liberal=True).chain_map()["filter-forward"].rules
+        assert not any("invalid" in r for r in loose)
+
+
+def _nft(family: IPFamily, **changes: object) -> NftRuleset:
+    config = replace(BASE, node_ips=NODE_IPS, **changes)  # type: ignore[arg-type]
+    state = build(f.objects(NODEPORT_SVC, *NODEPORT_EPS), config.node_name, config.node_ips)
+    return compile_nft(state, config, family)
+
+
+def _nft_nodeport_ips(rs: NftRuleset) -> set[str] | None:
+    found = rs.set_map().get("nodeport-ips")
+    return None if found is None else {e.key for e in found.elements}
+
+
+def test_nftables_nodeport_addresses_primary_cidrs_and_loopback() -> None:
+    # Unset in nftables mode: kube-proxy's default 'primary'.
+    assert _nft_nodeport_ips(_nft(IPFamily.IPV4, mode="nftables")) == {"192.168.0.2"}
+    assert _nft_nodeport_ips(_nft(IPFamily.IPV6, mode="nftables")) == {"2001:db8::1"}
+    services = _nft(IPFamily.IPV4, mode="nftables").chain_map()["services"].rules
+    assert any(r.startswith("ip daddr @nodeport-ips ") for r in services)
+    # Loopback CIDRs select nothing: nftables mode has no localhost NodePorts.
+    lo = _npa("192.168.1.0/24", "127.0.0.0/8")
+    assert _nft_nodeport_ips(_nft(IPFamily.IPV4, mode="nftables", **lo)) == {"192.168.1.2"}
+    # 'all': every local address but loopback.
+    every = _nft(IPFamily.IPV4, mode="nftables", **_npa("all"))
+    assert _nft_nodeport_ips(every) is None
+    assert any("ip daddr != 127.0.0.0/8 fib daddr type local" in r for r in every.chain_map()["services"].rules)

@@ -32,8 +32,17 @@ from netkit.model.types import IPAddress, IPNetwork
 from netkit.rules.backend import Since
 from netkit.rules.iptables import names as n
 from netkit.rules.iptables.ruleset import Ruleset, probability_of, quote_comment
+from netkit.rules.nodeports import localhost_nodeports, nodeport_ips
 
 NODEPORTS_COMMENT = '"kubernetes service nodeports; NOTE: this must be the last rule in this chain"'
+
+# CVE-2020-8558 (kubernetes#90259): localhost NodePorts need route_localnet=1, which lets packets from
+# other hosts addressed to 127.0.0.0/8 in; this drops them unless conntrack knows them (replies, or
+# DNATed NodePort traffic). kube-proxy writes it (and kubelet a copy of it) in filter KUBE-FIREWALL,
+# jumped to first from INPUT and OUTPUT with no comment; iptables-save's spelling.
+LOCALNET_GUARD = ('! -s 127.0.0.0/8 -d 127.0.0.0/8 -m comment --comment "block incoming localnet connections" '
+                  "-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP")
+FIREWALL_JUMP = f"-j {n.FIREWALL}"
 
 
 def host(ip: IPAddress | IPNetwork) -> str:
@@ -109,7 +118,7 @@ class Compiler:
 
 
 _SHARED_CHAINS = frozenset({n.SERVICES, n.EXTERNAL_SERVICES, n.NODEPORTS, n.PROXY_FIREWALL, n.POSTROUTING,
-                            n.MARK_MASQ, n.FORWARD, n.CANARY})
+                            n.MARK_MASQ, n.FORWARD, n.CANARY, n.FIREWALL})
 
 
 class _Builder:
@@ -329,30 +338,30 @@ class _Builder:
             "-j ACCEPT",
         ]
         filter_ = {n.CANARY: [], **self.filter, n.FORWARD: forward}
+        entry = ENTRY_JUMPS["filter"]
+        if localhost_nodeports(self.config, self.family):
+            filter_[n.FIREWALL] = [LOCALNET_GUARD]
+            entry = {c: (FIREWALL_JUMP, *rules) if c in ("INPUT", "OUTPUT") else rules for c, rules in entry.items()}
         tables: dict[str, dict[str, tuple[str, ...]]] = {
             "mangle": {n.CANARY: ()},
-            "filter": {**_tuples(filter_), **ENTRY_JUMPS["filter"]},
+            "filter": {**_tuples(filter_), **entry},
             "nat": nat,  # one dict of 100k+ chains at 10k services: built once, never copied
         }
         return Ruleset(self.family, tables)
 
     def _nodeport_tail(self) -> list[str]:
-        if not self.config.node_port_addresses:
+        """The last rule(s) of nat KUBE-SERVICES: every local address, or one per address
+        nodePortAddresses selects (see netkit.rules.nodeports); loopback only with localhost NodePorts."""
+        localhost = localhost_nodeports(self.config, self.family)
+        ips = nodeport_ips(self.config, self.node.ips, self.family)
+        if ips is None:
             if self.family is IPFamily.IPV6:
                 dest = "! -d ::1/128 "
             else:
-                dest = "" if self.config.localhost_nodeports else "! -d 127.0.0.0/8 "
+                dest = "" if localhost else "! -d 127.0.0.0/8 "
             return [f"{dest}-m comment --comment {NODEPORTS_COMMENT} -m addrtype --dst-type LOCAL -j {n.NODEPORTS}"]
-        rules = []
-        for ip in self.node.ips:
-            if ip.version != (4 if self.family is IPFamily.IPV4 else 6):
-                continue
-            if not any(ip in cidr for cidr in self.config.node_port_addresses):
-                continue
-            if ip.is_loopback and (self.family is IPFamily.IPV6 or not self.config.localhost_nodeports):
-                continue
-            rules.append(f"-d {host(ip)} -m comment --comment {NODEPORTS_COMMENT} -j {n.NODEPORTS}")
-        return rules
+        return [f"-d {host(ip)} -m comment --comment {NODEPORTS_COMMENT} -j {n.NODEPORTS}"
+                for ip in ips if not ip.is_loopback or localhost]
 
 
 class _Ep(NamedTuple):

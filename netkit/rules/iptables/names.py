@@ -23,6 +23,9 @@ MARK_MASQ = "KUBE-MARK-MASQ"
 FORWARD = "KUBE-FORWARD"
 PROXY_FIREWALL = "KUBE-PROXY-FIREWALL"
 CANARY = "KUBE-PROXY-CANARY"
+# kubelet's chain (it wrote the same guard before kube-proxy did): netkit fills it when localhost
+# NodePorts are on, and like kube-proxy never deletes it, so it is not in FIXED_CHAINS.
+FIREWALL = "KUBE-FIREWALL"
 
 FIXED_CHAINS = frozenset({SERVICES, EXTERNAL_SERVICES, NODEPORTS, POSTROUTING, MARK_MASQ, FORWARD,
                           PROXY_FIREWALL, CANARY})

@@ -70,6 +70,7 @@ from netkit.rules.nftables.ruleset import (
     anonymous_set,
     prefixes,
 )
+from netkit.rules.nodeports import nodeport_ips
 
 SHARDS = 64  # shared endpoint maps per protocol (only those in use are declared)
 STRIDE = 4096  # keys per endpoint chain in a shared map: its endpoints are O … O+N-1, O = slot × STRIDE
@@ -119,14 +120,14 @@ def compile_port(ctx: Ctx, p: ServicePortState) -> Part:
 
 def fixed_part(ctx: Ctx, shared: Sequence[NamedSet]) -> Part:
     """The fixed chains and the shared sets' definitions (`shared`: the fixed sets and the shards in use)."""
-    return Part.of(fixed_chains(ctx, bool(ctx.config.node_port_addresses)), shared, ())
+    return Part.of(fixed_chains(ctx, restricted_nodeports(ctx)), shared, ())
 
 
 def unindexed(ctx: Ctx, state: NodeState, ports: Sequence[ServicePortState]) -> Ruleset:
     """The table without a part index, for a state where two ports share a label (not a valid state:
     plan then compares everything)."""
     shared = fixed_sets(ctx, state)
-    chains = fixed_chains(ctx, bool(ctx.config.node_port_addresses))
+    chains = fixed_chains(ctx, restricted_nodeports(ctx))
     own: list[NamedSet] = []
     added: dict[str, list[Element]] = {s.name: [] for s in shared}
     for p in ports:
@@ -231,16 +232,17 @@ def fixed_sets(ctx: Ctx, state: NodeState) -> list[NamedSet]:
         NamedSet(n.HAIRPIN, (addr, addr)),
         NamedSet(n.HEALTH_CHECK_NODEPORTS, ("inet_service",)),
     ]
-    if ctx.config.node_port_addresses:
-        ips = nodeport_ips(state.node.ips, ctx.config.node_port_addresses, ctx.family)
-        sets.append(NamedSet(n.NODEPORT_IPS, (addr,), elements=frozenset(Element(str(i)) for i in ips)))
+    if restricted_nodeports(ctx):
+        ips = sorted(nodeport_ips(ctx.config, ctx.node_ips, ctx.family) or (), key=lambda a: a.packed)
+        # No localhost NodePorts in nftables mode (kube-proxy's neither): loopback never joins the set.
+        sets.append(NamedSet(n.NODEPORT_IPS, (addr,),
+                             elements=frozenset(Element(str(i)) for i in ips if not i.is_loopback)))
     return sets
 
 
-def nodeport_ips(ips: Iterable[IPAddress], cidrs: Sequence[IPNetwork], family: IPFamily) -> list[IPAddress]:
-    """The node addresses that accept NodePorts when nodePortAddresses is set."""
-    return sorted({ip for ip in ips if IPFamily.of(ip) is family and any(ip in c for c in cidrs)},
-                  key=lambda a: a.packed)
+def restricted_nodeports(ctx: Ctx) -> bool:
+    """nodePortAddresses (or `primary`, the default) narrow this family's NodePorts to @nodeport-ips."""
+    return nodeport_ips(ctx.config, ctx.node_ips, ctx.family) is not None
 
 
 def fixed_chains(ctx: Ctx, nodeport_set: bool) -> list[Chain]:
@@ -255,6 +257,10 @@ def fixed_chains(ctx: Ctx, nodeport_set: bool) -> list[Chain]:
         to_node = f"{ip} daddr != {loopback} fib daddr type local"
     mark = cfg.masquerade_mark
     masquerade = "masquerade fully-random" if cfg.masquerade_random_fully else "masquerade"
+    # Forwarded packets conntrack finds INVALID (out of the TCP window) are dropped, as kube-proxy
+    # does, unless conntrack.tcpBeLiberal (nf_conntrack_tcp_be_liberal=1) marks only out-of-window
+    # resets INVALID (kubernetes#74839, #117924).
+    invalid_drop = () if cfg.conntrack_tcp_be_liberal else ("ct state invalid drop",)
     return [
         Chain("nat-prerouting", (f"jump {n.SERVICES}",), Hook("nat", "prerouting", -100)),
         Chain("nat-output", (f"jump {n.SERVICES}",), Hook("nat", "output", -100)),
@@ -263,7 +269,7 @@ def fixed_chains(ctx: Ctx, nodeport_set: bool) -> list[Chain]:
         Chain("filter-output-pre-dnat", (f"{new} {n.FIREWALL_CHECK}",), Hook("filter", "output", -110)),
         Chain("filter-input", (f"{new} {n.NODEPORT_ENDPOINTS_CHECK}", f"{new} {n.SERVICE_ENDPOINTS_CHECK}",
                                f"tcp dport @{n.HEALTH_CHECK_NODEPORTS} accept"), Hook("filter", "input", 0)),
-        Chain("filter-forward", (f"{new} {n.SERVICE_ENDPOINTS_CHECK}", f"{new} {n.CLUSTER_IPS_CHECK}"),
+        Chain("filter-forward", (*invalid_drop, f"{new} {n.SERVICE_ENDPOINTS_CHECK}", f"{new} {n.CLUSTER_IPS_CHECK}"),
               Hook("filter", "forward", 0)),
         Chain("filter-output", (f"{new} {n.SERVICE_ENDPOINTS_CHECK}", f"{new} {n.CLUSTER_IPS_CHECK}"),
               Hook("filter", "output", 0)),
