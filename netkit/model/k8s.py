@@ -467,6 +467,10 @@ def _endpoint(r: _Reader, item: Any, path: str, atype: AddressType) -> Endpoint:
         r.string(r.mapping(z, f"{path}.hints.forZones[{i}]").get("name"),
                  f"{path}.hints.forZones[{i}].name", required=True) or ""
         for i, z in enumerate(r.sequence(hints.get("forZones"), f"{path}.hints.forZones")))
+    nodes = tuple(
+        r.string(r.mapping(h, f"{path}.hints.forNodes[{i}]").get("name"),
+                 f"{path}.hints.forNodes[{i}].name", required=True) or ""
+        for i, h in enumerate(r.sequence(hints.get("forNodes"), f"{path}.hints.forNodes")))
     hostname = e.get("hostname")
     if hostname not in (None, ""):
         hostname = r.matches(hostname, f"{path}.hostname", _DNS_LABEL, "a DNS label (RFC 1123)")
@@ -479,6 +483,7 @@ def _endpoint(r: _Reader, item: Any, path: str, atype: AddressType) -> Endpoint:
         node_name=r.string(e.get("nodeName"), f"{path}.nodeName"),
         zone=r.string(e.get("zone"), f"{path}.zone"),
         hint_zones=zones,
+        hint_nodes=nodes,
         target_ref=_target_ref(r, e.get("targetRef"), f"{path}.targetRef"),
     )
 

@@ -57,6 +57,7 @@ class EndpointAddr:
     node_name: str | None = None
     zone: str | None = None
     hint_zones: tuple[str, ...] = ()
+    hint_nodes: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"[{self.ip}]:{self.port}" if self.ip.version == 6 else f"{self.ip}:{self.port}"
@@ -314,7 +315,7 @@ def _port_state(svc: Service, sp: ServicePort, cluster_ip: IPAddress, family: IP
         annotations=svc.annotations,
     )
     endpoints = merge_endpoints(slices, sp, family, node.name)
-    cluster, local, has_any = categorize(endpoints, base, node.zone)
+    cluster, local, has_any = categorize(endpoints, base, node.zone, node.name)
     return replace(base, endpoints=endpoints, cluster_endpoints=cluster, local_endpoints=local,
                    has_endpoints=has_any)
 
@@ -354,16 +355,16 @@ def _endpoint_addr(e: Endpoint, port: int, node_name: str) -> EndpointAddr:
     return EndpointAddr(
         ip=e.addresses[0], port=port, ready=e.ready, serving=e.serving, terminating=e.terminating,
         local=bool(node_name) and e.node_name == node_name, node_name=e.node_name, zone=e.zone,
-        hint_zones=e.hint_zones)
+        hint_zones=e.hint_zones, hint_nodes=e.hint_nodes)
 
 
-def categorize(endpoints: Sequence[EndpointAddr], sp: ServicePortState,
-               node_zone: str | None) -> tuple[tuple[EndpointAddr, ...], tuple[EndpointAddr, ...], bool]:
+def categorize(endpoints: Sequence[EndpointAddr], sp: ServicePortState, node_zone: str | None,
+               node_name: str = "") -> tuple[tuple[EndpointAddr, ...], tuple[EndpointAddr, ...], bool]:
     """Split a port's endpoints into (cluster, local, has_any) — kube-proxy's CategorizeEndpoints.
 
     - cluster: only when some traffic uses the Cluster policy. Ready endpoints, narrowed to this
-      node's zone when topology hints apply (see `can_use_topology`); if none is ready, the serving
-      and terminating ones (so a rolling update does not drop traffic).
+      node (hints.forNodes) or zone (hints.forZones) when topology hints apply (`topology_mode`);
+      if none is ready, the serving and terminating ones (so a rolling update does not drop traffic).
     - local: only when some traffic uses a Local policy. Ready endpoints on this node; if none,
       serving-terminating ones on this node. Decided independently of cluster.
     - has_any: some endpoint is usable anywhere in the cluster; False makes the service REJECT,
@@ -372,8 +373,9 @@ def categorize(endpoints: Sequence[EndpointAddr], sp: ServicePortState,
     cluster: tuple[EndpointAddr, ...] = ()
     has_any = False
     if sp.uses_cluster_endpoints:
-        topo = can_use_topology(endpoints, node_zone)
-        cluster = tuple(e for e in endpoints if e.ready and (not topo or node_zone in e.hint_zones))
+        mode = topology_mode(endpoints, node_zone, node_name)
+        cluster = tuple(e for e in endpoints if e.ready and (
+            mode is None or (node_name in e.hint_nodes if mode is Topology.NODE else node_zone in e.hint_zones)))
         if not cluster:
             cluster = tuple(e for e in endpoints if e.serving and e.terminating)
         has_any = bool(cluster)
@@ -384,6 +386,26 @@ def categorize(endpoints: Sequence[EndpointAddr], sp: ServicePortState,
     if not local:
         local = tuple(e for e in endpoints if e.local and e.serving and e.terminating)
     return cluster, local, has_any
+
+
+class Topology(Enum):
+    """Which topology hints narrow a port's Cluster endpoints (kube-proxy's topologyModeFromHints)."""
+
+    NODE = "PreferSameNode"  # hints.forNodes (trafficDistribution PreferSameNode)
+    ZONE = "PreferSameZone"  # hints.forZones (PreferClose / PreferSameZone, topology-aware routing)
+
+
+def topology_mode(endpoints: Sequence[EndpointAddr], node_zone: str | None, node_name: str) -> Topology | None:
+    """Node hints count if every ready endpoint has one and one of them names this node; otherwise
+    zone hints, if every ready endpoint has one and one names this node's zone; otherwise none."""
+    ready = [e for e in endpoints if e.ready]
+    if not ready:
+        return None
+    if node_name and all(e.hint_nodes for e in ready) and any(node_name in e.hint_nodes for e in ready):
+        return Topology.NODE
+    if can_use_topology(ready, node_zone):
+        return Topology.ZONE
+    return None
 
 
 def can_use_topology(endpoints: Sequence[EndpointAddr], node_zone: str | None) -> bool:

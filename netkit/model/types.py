@@ -145,6 +145,7 @@ class Endpoint:
     node_name: str | None = None
     zone: str | None = None
     hint_zones: tuple[str, ...] = ()
+    hint_nodes: tuple[str, ...] = ()  # hints.forNodes (trafficDistribution PreferSameNode)
     target_ref: ObjectRef | None = None  # the Pod, when known (DNS pod records)
 
 

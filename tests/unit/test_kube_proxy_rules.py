@@ -7,11 +7,13 @@ lists endpoints in, how it reads addresses, the chains it writes for localhost N
 from __future__ import annotations
 
 from dataclasses import replace
+from ipaddress import ip_address
 
 import pytest
 
 from netkit.config import Config, node_port_addresses, parse_cidrs, parse_ips
-from netkit.model import IPFamily, build
+from netkit.model import EndpointAddr, IPFamily, ObjectRef, Protocol, ServicePortName, ServicePortState, build
+from netkit.model.state import categorize
 from netkit.rules.iptables.compile import compile as compile_iptables
 from netkit.rules.iptables.ruleset import Ruleset
 from netkit.rules.nftables.compile import compile as compile_nft
@@ -184,3 +186,49 @@ def test_nftables_nodeport_addresses_primary_cidrs_and_loopback() -> None:
     every = _nft(IPFamily.IPV4, mode="nftables", **_npa("all"))
     assert _nft_nodeport_ips(every) is None
     assert any("ip daddr != 127.0.0.0/8 fib daddr type local" in r for r in every.chain_map()["services"].rules)
+
+
+# --- topology: hints.forNodes (trafficDistribution PreferSameNode), pkg/proxy/topology.go ----------
+
+
+def _hinted(ip: str, nodes: tuple[str, ...] = (), zones: tuple[str, ...] = (), ready: bool = True) -> EndpointAddr:
+    return EndpointAddr(ip_address(ip), 80, ready=ready, serving=ready, hint_nodes=nodes, hint_zones=zones)
+
+
+def _cluster(endpoints: list[EndpointAddr], zone: str | None = "zone-a", node: str = "node-a") -> list[str]:
+    port = ServicePortState(ServicePortName(ObjectRef("ns1", "svc1"), "p80"), IPFamily.IPV4, Protocol.TCP,
+                            ip_address("172.30.0.41"), 80)
+    cluster, _, _ = categorize(endpoints, port, zone, node)
+    return [str(e.ip) for e in cluster]
+
+
+def test_node_hints_narrow_to_this_nodes_endpoints() -> None:
+    eps = [_hinted("10.1.2.3", ("node-a",), ("zone-a",)), _hinted("10.1.2.4", ("node-b",), ("zone-a",)),
+           _hinted("10.1.2.5", ("node-c",), ("zone-b",)), _hinted("10.1.2.6", ("node-a",), ("zone-b",))]
+    assert _cluster(eps) == ["10.1.2.3", "10.1.2.6"]
+
+
+def test_node_hints_ignored_unless_every_ready_endpoint_has_one_then_zone_hints_apply() -> None:
+    eps = [_hinted("10.1.2.3", ("node-a",), ("zone-a",)), _hinted("10.1.2.4", (), ("zone-a",)),
+           _hinted("10.1.2.5", ("node-c",), ("zone-b",)), _hinted("10.1.2.7", (), (), ready=False)]
+    assert _cluster(eps) == ["10.1.2.3", "10.1.2.4"]
+    # No endpoint hinted for this node: zone hints.
+    eps = [_hinted("10.1.2.3", ("node-b",), ("zone-a",)), _hinted("10.1.2.4", ("node-c",), ("zone-b",))]
+    assert _cluster(eps) == ["10.1.2.3"]
+    # Neither applies: every ready endpoint.
+    eps = [_hinted("10.1.2.3", ("node-b",)), _hinted("10.1.2.4", ("node-c",), ("zone-b",))]
+    assert _cluster(eps) == ["10.1.2.3", "10.1.2.4"]
+
+
+def test_for_nodes_read_from_the_endpointslice_and_used_in_rules() -> None:
+    svc = f.service("svc1", "ns1", ip="172.30.0.41", trafficDistribution="PreferSameNode",
+                    ports=[{"name": "p80", "port": 80, "protocol": "TCP"}])
+    eps = f.slice_("svc1", "ns1", [
+        f.endpoint("10.180.0.1", node="node-a", hints={"forNodes": [{"name": "node-a"}],
+                                                       "forZones": [{"name": "zone-a"}]}),
+        f.endpoint("10.180.0.2", node="node-b", hints={"forNodes": [{"name": "node-b"}],
+                                                       "forZones": [{"name": "zone-a"}]})],
+        ports=[{"name": "p80", "port": 80}])
+    assert _svc_jumps(BASE, IPFamily.IPV4, svc, eps, f.node("node-a")) == ["10.180.0.1:80"]
+    assert _svc_jumps(replace(BASE, node_name="node-b"), IPFamily.IPV4, svc, eps, f.node("node-b")) == [
+        "10.180.0.2:80"]
