@@ -250,13 +250,22 @@ def layout_script(n: int, e: int, layout: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def compare_layouts(sizes: list[int], e: int) -> None:
+def compare_layouts(sizes: list[int], e: int, chart: Path | None = None) -> None:
+    points: dict[str, list[tuple[float, float]]] = {}
     for n in sizes:
         for layout in LAYOUTS:
             script = layout_script(n, e, layout)
             with namespace("lay") as ns:
                 _, took = timed(partial(sh, "ip", "netns", "exec", ns, "nft", "-f", "-", input=script))
             print(f"layout {layout:17} {n:6} services: full load {took:6.2f} s", flush=True)
+            points.setdefault(layout, []).append((n, took))
+    if chart:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from charts import line_chart
+
+        line_chart(chart, points, title=f"nftables full load by endpoint-map layout ({e} endpoints)",
+                   xlabel="Services", ylabel="seconds (nft -f)", log_y=True)
+        print(f"chart: {chart}")
 
 
 # ── the run ──────────────────────────────────────────────────────────────────────────────────────
@@ -268,10 +277,11 @@ def main() -> None:
     args.add_argument("--connects", type=int, default=1000, help="connects per service in the latency test")
     args.add_argument("--skip-kube-proxy", action="store_true", help="skip the slow comparison load")
     args.add_argument("--layouts", metavar="N,N", help="only compare endpoint-map layouts at these sizes")
+    args.add_argument("--chart", type=Path, metavar="PNG", help="with --layouts: write a chart of the loads here")
     opt = args.parse_args()
     n, e = opt.services, opt.endpoints
     if opt.layouts:
-        compare_layouts([int(x) for x in opt.layouts.split(",")], e)
+        compare_layouts([int(x) for x in opt.layouts.split(",")], e, opt.chart)
         return
     print(f"# nftables benchmark: {n} services × {e} endpoints")
     st = state(n, e)

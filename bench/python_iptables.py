@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from charts import line_chart  # noqa: E402
 from compile import CONFIG, objects  # noqa: E402  (bench/compile.py: the same objects)
 
 from netkit.model import IPFamily  # noqa: E402
@@ -114,23 +115,11 @@ def facts() -> dict[str, object]:
 
 
 def chart(rows: list[dict[str, float]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    xs = [r["services"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
-    ax.plot(xs, [r["bindings_s"] for r in rows], "o-", label="python-iptables (libiptc), every rule")
-    ax.plot(xs, [r["save_s"] for r in rows], "s-", label="iptables-save + netkit parse (baseline)")
-    ax.set_xlabel("Services (× 10 endpoints)")
-    ax.set_ylabel("seconds to read nat + filter")
-    ax.set_title("Reading a kube-proxy-layout table")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    line_chart(path, {
+        "python-iptables (libiptc), every rule": [(r["services"], r["bindings_s"]) for r in rows],
+        "iptables-save + netkit parse (baseline)": [(r["services"], r["save_s"]) for r in rows],
+    }, title="Reading a kube-proxy-layout table", xlabel="Services (× 10 endpoints)",
+        ylabel="seconds to read nat + filter")
 
 
 def main() -> int:
