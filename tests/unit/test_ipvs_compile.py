@@ -79,6 +79,31 @@ def test_service_without_endpoints_keeps_an_empty_virtual_server() -> None:
     assert "KUBE-IPVS-IPS" in payload(r) and "REJECT" in payload(r)
 
 
+def test_service_without_endpoints_is_refused_in_filter_before_ipvs() -> None:
+    """IPVS's own answer to an empty virtual server is an ICMP error, rate-limited per peer even for
+    TCP (kubernetes#90810): the no-endpoints set makes filter refuse TCP with a reset, the rest with
+    ICMP, before IPVS sees the packet; new connections only (draining ones carry on), and not the
+    in-cluster traffic the eTP=Local fwmark virtual server serves."""
+    empty = sp("web", "10.96.0.10", 80, (), node_port=30080)
+    full = sp("api", "10.96.0.11", 80, ("10.244.1.11",))
+    lb = sp("lb", "10.96.0.12", 80, ("10.244.2.11",), lb_ips=("198.51.100.100",), etp_local=True)
+    r = compile(state(empty, full, lb), CFG, V4)
+    no_eps = next(s for s in r.sets if s.name == names.NO_ENDPOINTS)
+    assert no_eps.entries == {"10.96.0.10,tcp:80", "192.0.2.10,tcp:30080", "198.51.100.100,tcp:80"}
+    rules = r.iptables.tables["filter"][names.IPVS_FILTER]
+    mine = "-m mark ! --mark 0x4e4b0000/0xffff0000 -m set --match-set KUBE-NO-ENDPOINTS dst,dst"
+    assert rules[:2] == (f"-p tcp -m conntrack --ctstate NEW {mine} -j REJECT --reject-with tcp-reset",
+                         f"-m conntrack --ctstate NEW {mine} -j REJECT --reject-with icmp-port-unreachable")
+    # ports of a service IP that no virtual server serves: TCP reset too
+    assert rules[-2:] == (
+        "-p tcp -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT --reject-with tcp-reset",
+        "-m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT --reject-with "
+        "icmp-port-unreachable")
+    v6 = compile(state(replace(sp("web6", "fd00::10", 80, ()), family=IPFamily.IPV6)), CFG, IPFamily.IPV6)
+    assert next(s for s in v6.sets if s.name == "KUBE-6-NO-ENDPOINTS").entries == {"fd00::10,tcp:80"}
+    assert "icmp6-port-unreachable" in payload(v6)
+
+
 def test_etp_local_uses_local_endpoints_outside_and_a_fwmark_service_inside() -> None:
     port = sp("lb", "10.96.0.12", 80, ("10.244.1.11", "10.244.2.11"), lb_ips=("198.51.100.100",),
               node_port=30081, local_eps=("10.244.1.11",), etp_local=True)

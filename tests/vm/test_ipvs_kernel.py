@@ -7,6 +7,7 @@ compile → plan(kernel.dump(), desired) → kernel.apply, then sends TCP/UDP fr
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from ipaddress import ip_address
@@ -121,12 +122,44 @@ def test_service_losing_all_endpoints_rejects(kernel: IPVSKernel, served: Lab) -
     with pytest.raises(ConnectionRefusedError):  # refused at once, not a timeout
         s.connect(("10.96.0.10", 80))
     s.close()
-    u = served.socket(socket.SOCK_DGRAM)
-    u.connect(("10.96.0.53", 53))
+    udp_is_refused(served, "10.96.0.53", 53)
+
+
+def udp_is_refused(lab: Lab, ip: str, port: int) -> None:
+    u = lab.socket(socket.SOCK_DGRAM)
+    u.connect((ip, port))
     u.send(b"hi")
     with pytest.raises(ConnectionRefusedError):  # ICMP port unreachable
         u.recv(100)
     u.close()
+
+
+def refused_in_a_row(lab: Lab, ip: str, port: int, n: int) -> float:
+    """n TCP connects, each refused before its SYN is retried (the first retry comes after 1 s):
+    a per-peer rate-limited ICMP answer would let all but the first few time out. Returns seconds."""
+    start = time.monotonic()
+    for i in range(n):
+        s = lab.socket(socket.SOCK_STREAM)
+        s.settimeout(0.9)
+        try:
+            with pytest.raises(ConnectionRefusedError):
+                s.connect((ip, port))
+        except BaseException as e:
+            raise AssertionError(f"connect #{i + 1} to {ip}:{port} was not refused at once") from e
+        finally:
+            s.close()
+    return time.monotonic() - start
+
+
+def test_clients_of_a_service_without_endpoints_fail_fast_every_time(kernel: IPVSKernel, served: Lab) -> None:
+    """kubernetes#90810: TCP gets a reset, never rate-limited, so 40 connects in a row are refused at
+    once; a port of a service IP that no virtual server serves too. UDP gets ICMP port-unreachable."""
+    sync(kernel, state(sp("web", "10.96.0.10", 80, ()), sp("dns", "10.96.0.53", 53, (), proto=Protocol.UDP)))
+    took = refused_in_a_row(served, "10.96.0.10", 80, 40)
+    print(f"40 refused connects to an endpoint-less service: {took:.3f} s")
+    took = refused_in_a_row(served, "10.96.0.10", 81, 40)
+    print(f"40 refused connects to an undefined port of a service IP: {took:.3f} s")
+    udp_is_refused(served, "10.96.0.53", 53)
 
 
 def test_apply_twice_is_a_noop(kernel: IPVSKernel) -> None:

@@ -7,9 +7,10 @@
   those of external IPs, LB IPs and NodePorts. The scheduler is `config.ipvs_scheduler` unless the
   service carries the annotation `SCHEDULER_ANNOTATION` (kube-router's) naming a valid one.
 - ClientIP affinity is IPVS persistence with the affinity timeout.
-- A service without usable endpoints keeps its virtual server with no real server: IPVS itself
-  answers ICMP port-unreachable (ip_vs_leave), so clients are rejected at once, and nothing else
-  on the node can answer in its place.
+- A service without usable endpoints keeps its virtual server with no real server (nothing else on
+  the node can answer in its place), and its (IP, port) goes into KUBE-NO-ENDPOINTS: filter INPUT
+  refuses new TCP connections with a reset and the rest with ICMP before IPVS sees them. IPVS's own
+  answer (ip_vs_leave) is ICMP even for TCP, rate-limited per peer (kubernetes#90810).
 - eTP=Local and kubernetes#75262: with only local endpoints on an external address, pods and the
   node itself would be black-holed on a node without a local endpoint (the address is local here,
   so their traffic never reaches the real load balancer). kube-proxy's iptables mode sends such
@@ -405,6 +406,9 @@ def add_set_entries(entries: dict[str, set[str]], sp: ServicePortState, mine: Se
             add(n.NODE_PORT_LOCAL.format(proto=sp.protocol.value), str(sp.node_port))
     if sp.health_check_node_port:
         add(n.HEALTH_CHECK_NODE_PORT, str(sp.health_check_node_port))
+    for vs in mine:
+        if vs.ip is not None and not vs.reals:
+            add(n.NO_ENDPOINTS, ipport(vs.ip, vs.port))
     distinct = {id(vs.reals): vs.reals for vs in mine if vs.reals}  # the virtual servers share their tuples
     for reals in distinct.values():
         add(n.LOOP_BACK, *(f"{ip},{proto}:{rs.port},{ip}" for rs in reals for ip in (str(rs.ip),)))
@@ -493,11 +497,19 @@ def _filter(config: Config, family: IPFamily) -> list[str]:
         f'with sourceRange" -m set --match-set {s(n.LOAD_BALANCER_FW)} dst,dst -j {n.SOURCE_RANGES_FIREWALL}',
         f"-A {n.SOURCE_RANGES_FIREWALL} -m set --match-set {s(n.LOAD_BALANCER_SOURCE_CIDR)} dst,dst,src -j RETURN",
         f"-A {n.SOURCE_RANGES_FIREWALL} -j DROP",
+        # No endpoints: refused here, before IPVS, whose own answer (ip_vs_leave) is an ICMP error
+        # rate-limited per peer even for TCP (kubernetes#90810). In-cluster traffic marked for an
+        # eTP=Local address's fwmark virtual server is served by the cluster endpoints: not refused;
+        # nor are open connections of a draining real server (the kernel keeps it at weight 0).
+        *(f"-A {n.IPVS_FILTER} {proto}-m conntrack --ctstate NEW "
+          f"-m mark ! --mark {n.FWMARK_BASE:#x}/{n.FWMARK_HIGH:#x} "
+          f"-m set --match-set {s(n.NO_ENDPOINTS)} dst,dst -j REJECT --reject-with {how}"
+          for proto, how in (("-p tcp ", "tcp-reset"), ("", reject))),
         *(f"-A {n.IPVS_FILTER} -m set --match-set {s(base)} {dims} -j RETURN"
           for base, dims in ((n.LOAD_BALANCER, "dst,dst"), (n.CLUSTER_IP, "dst,dst"), (n.EXTERNAL_IP, "dst,dst"),
                              (n.HEALTH_CHECK_NODE_PORT, "dst"))),
-        f"-A {n.IPVS_FILTER} -m conntrack --ctstate NEW -m set --match-set {s(n.IPVS_IPS)} dst "
-        f"-j REJECT --reject-with {reject}",
+        *(f"-A {n.IPVS_FILTER} {proto}-m conntrack --ctstate NEW -m set --match-set {s(n.IPVS_IPS)} dst "
+          f"-j REJECT --reject-with {how}" for proto, how in (("-p tcp ", "tcp-reset"), ("", reject))),
         "COMMIT",
     ]
 

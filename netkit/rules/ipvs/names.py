@@ -31,6 +31,7 @@ NODE_PORT = "KUBE-NODE-PORT-{proto}"  # TCP, UDP, SCTP
 NODE_PORT_LOCAL = "KUBE-NODE-PORT-LOCAL-{proto}"
 HEALTH_CHECK_NODE_PORT = "KUBE-HEALTH-CHECK-NODE-PORT"
 IPVS_IPS = "KUBE-IPVS-IPS"
+NO_ENDPOINTS = "KUBE-NO-ENDPOINTS"  # netkit's own: rejected in filter before IPVS sees the packet
 
 SET_TYPES: dict[str, tuple[str, str]] = {
     CLUSTER_IP: ("hash:ip,port", "Kubernetes service cluster ip + port for masquerade purpose"),
@@ -47,6 +48,7 @@ SET_TYPES: dict[str, tuple[str, str]] = {
     LOOP_BACK: ("hash:ip,port,ip", "Kubernetes endpoints dst ip:port, source ip for solving hairpin purpose"),
     HEALTH_CHECK_NODE_PORT: ("bitmap:port", "Kubernetes health check node port"),
     IPVS_IPS: ("hash:ip", "Kubernetes service cluster ip and external ips (every kube-ipvs0 address)"),
+    NO_ENDPOINTS: ("hash:ip,port", "Kubernetes service ip + port without endpoints, rejected before IPVS"),
     **{NODE_PORT.format(proto=p): ("bitmap:port", f"Kubernetes nodeport {p} port for masquerade purpose")
        for p in ("TCP", "UDP", "SCTP")},
     **{NODE_PORT_LOCAL.format(proto=p): ("bitmap:port",
