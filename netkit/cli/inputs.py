@@ -125,17 +125,22 @@ def check_not_empty(objects: Objects, problems: tuple[Problem, ...], files: list
 
 
 def warn_unknown_node(node_name: str, objects: Objects, *, defaulted: bool) -> None:
+    said = unknown_node(node_name, objects, defaulted=defaulted)
+    if said:
+        print(f"netkit: warning: {said}", file=sys.stderr)
+
+
+def unknown_node(node_name: str, objects: Objects, *, defaulted: bool) -> str:
     """A node name that no Node object and no endpoint's nodeName uses is most likely a typo (or the
     hostname differs from the Node's name): endpoints on this node would not count as local. Said
-    only when the input names nodes at all."""
+    only when the input names nodes at all; "" when all is well."""
     known = {n.name for n in objects.nodes}
     known.update(e.node_name for s in objects.slices for e in s.endpoints if e.node_name)
     if not known or node_name in known:
-        return
+        return ""
     origin = " (the hostname; give --node-name)" if defaulted else ""
-    print(f"netkit: warning: node name {node_name!r}{origin} matches no Node object and no endpoint's nodeName "
-          f"(known: {', '.join(sorted(known)[:5])}{', …' if len(known) > 5 else ''}): no endpoint is local",
-          file=sys.stderr)
+    return (f"node name {node_name!r}{origin} matches no Node object and no endpoint's nodeName "
+            f"(known: {', '.join(sorted(known)[:5])}{', …' if len(known) > 5 else ''}): no endpoint is local")
 
 
 def _read_text(path: str) -> str:

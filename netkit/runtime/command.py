@@ -60,6 +60,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run_config(args: argparse.Namespace) -> tuple[Config, tuple[str, ...]]:
     """The file (if any) with the flags over it; every warning to report at start."""
+    cfg, warnings, _ = run_config_named(args)
+    return cfg, warnings
+
+
+def run_config_named(args: argparse.Namespace) -> tuple[Config, tuple[str, ...], bool]:
+    """run_config, and whether the node name is the hostname (neither flag nor file gave one)."""
     cfg = Config()
     warnings: tuple[str, ...] = ()
     path = given(args, "config")
@@ -72,9 +78,10 @@ def run_config(args: argparse.Namespace) -> tuple[Config, tuple[str, ...]]:
         warnings = cfg.warnings
     applied = apply_flags(cfg, args)
     cfg = replace(applied.config, iptables_backend=args.iptables_backend)
-    if not cfg.node_name:
+    defaulted = not cfg.node_name
+    if defaulted:
         cfg = replace(cfg, node_name=socket.gethostname().strip().lower())
-    return cfg, warnings + applied.warnings
+    return cfg, warnings + applied.warnings, defaulted
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -83,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from netkit.sources.kube import ApiSettings
 
     check_netns(args)  # first: `--netns ""` would program the machine's own namespace
-    config, warnings = run_config(args)
+    config, warnings, defaulted = run_config_named(args)
     _logging(config)
     for warning in (*warnings, *not_applied(config)):
         log.warning(warning)
@@ -98,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config=config, families=families, netns=args.netns, files=tuple(args.files), api=api,
         healthz_address=config.healthz_bind_address or None, metrics_address=config.metrics_bind_address or None,
         dns_listen=args.dns_listen, dns_upstreams=tuple(args.dns_upstream), conntrack=not args.no_conntrack,
-        bind_hard_fail=config.bind_address_hard_fail, allow_empty=args.allow_empty)
+        bind_hard_fail=config.bind_address_hard_fail, allow_empty=args.allow_empty, node_name_defaulted=defaulted)
     daemon = Daemon.for_mode(options)
     if flag_true(args, "cleanup"):
         daemon.cleanup()

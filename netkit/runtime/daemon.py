@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from netkit.cli.inputs import unknown_node
 from netkit.config import Config
 from netkit.errors import NetkitError, listening
 from netkit.model import IPFamily, NodeState
@@ -80,6 +81,7 @@ class DaemonOptions:
     conntrack: bool = True
     bind_hard_fail: bool = False  # a health/metrics port that cannot be bound stops the daemon
     bind_retry: float = 5.0  # else it is logged and tried again this often (kube-proxy: 5 s)
+    node_name_defaulted: bool = False  # the node name is the hostname (for the unknown-node warning)
     reflector_options: Any = None  # netkit.sources.reflector.ReflectorOptions; None: client-go's timings
 
 
@@ -245,11 +247,20 @@ class Daemon:
 
     async def _start_runner(self) -> None:
         await self.store.wait_synced()
+        self._warn_unknown_node()
         if self.options.config.detect_local_mode == "NodeCIDR":
             await self._wait_for_pod_cidrs()
         log.info("all sources synced; first sync")
         self.runner.request()
         await self.runner.run()
+
+    def _warn_unknown_node(self) -> None:
+        """Once, after the first full list: as the one-shot commands, a node name that no Node and no
+        endpoint's nodeName uses (a typo, or a hostname unlike the Node's name) makes no endpoint local."""
+        said = unknown_node(self.options.config.node_name, self.store.objects(),
+                            defaulted=self.options.node_name_defaulted)
+        if said:
+            log.warning(said, extra={"node": self.options.config.node_name})
 
     async def _wait_for_pod_cidrs(self) -> None:
         """detectLocalMode NodeCIDR: like kube-proxy, wait for this Node's podCIDRs, then use them."""

@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+import pytest
 
 from netkit.rules.iptables.summary import summarize
 
@@ -103,3 +106,34 @@ def test_the_command_runs_serves_health_and_stops_on_sigterm(netns: str, tmp_pat
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_node_name_nothing_uses_is_warned_about_once(netns: str, tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """As the one-shot commands: the hostname matching no Node and no endpoint's nodeName (no
+    endpoint would be local) is said once, after the first full list, not on every sync."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "matches no Node object" in r.getMessage()]
+
+    async def scenario(node: str) -> None:
+        (manifests / "web.yaml").write_text(web_service() + "---\n" + web_slice([A, B]))
+        opts = options(netns, config(node_name=node), files=(str(manifests),), node_name_defaulted=True)
+        daemon, task = await start_daemon(opts)
+        r = Running(None, daemon, netns, None, "legacy", task)
+        try:
+            await r.converge(lambda s: s.get(WEB) == with_ports([A, B]), what="the manifest")
+            (manifests / "web.yaml").write_text(web_service() + "---\n" + web_slice([C]))
+            await r.converge(lambda s: s.get(WEB) == with_ports([C]), what="the edit")
+        finally:
+            await stop_daemon(task)
+
+    caplog.set_level(logging.WARNING)
+    run(scenario("node-typo"), timeout=40)
+    assert said() == ["node name 'node-typo' (the hostname; give --node-name) matches no Node object and no "
+                      "endpoint's nodeName (known: node-a): no endpoint is local"]
+    caplog.clear()
+    run(scenario("node-a"), timeout=40)
+    assert said() == []
