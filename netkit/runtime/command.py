@@ -92,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_netns(args)  # first: `--netns ""` would program the machine's own namespace
     config, warnings, defaulted = run_config_named(args)
     _logging(config)
-    for warning in (*warnings, *not_applied(config)):
+    for warning in warnings:
         log.warning(warning)
     if args.netns and not exists(args.netns):
         raise NetkitError(f"--netns {args.netns}: no such network namespace (see `ip netns list`)")
@@ -116,17 +116,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 "sync_period": config.sync_period, "min_sync_period": config.min_sync_period})
     asyncio.run(daemon.run())
     return 0
-
-
-def not_applied(config: Config) -> list[str]:
-    """Settings the configuration carries that a backend does not apply yet (said, never silent)."""
-    out = []
-    if config.mode == "ipvs":
-        for attr, what in (("ipvs_exclude_cidrs", "ipvs.excludeCIDRs"), ("ipvs_tcp_timeout", "ipvs.tcpTimeout"),
-                           ("ipvs_tcp_fin_timeout", "ipvs.tcpFinTimeout"), ("ipvs_udp_timeout", "ipvs.udpTimeout")):
-            if getattr(config, attr):
-                out.append(f"{what}: read, but the IPVS backend does not apply it yet")
-    return out
 
 
 def _logging(config: Config) -> None:

@@ -4,7 +4,7 @@ termination, foreign virtual servers untouched, and what the kernel refuses."""
 from __future__ import annotations
 
 from dataclasses import replace
-from ipaddress import ip_address
+from ipaddress import ip_address, ip_network
 
 import pytest
 
@@ -163,3 +163,18 @@ def test_the_payload_is_planned_chain_by_chain_and_jumps_are_inserted() -> None:
     text = describe(p)
     assert "+++ desired nat KUBE-SERVICES" in text and "+-A KUBE-SERVICES ! -s 10.244.0.0/16" in text
     assert "iptables-restore --noflush <<EOF" in render_plan(p)
+
+
+def test_virtual_servers_in_exclude_cidrs_are_never_deleted() -> None:
+    """ipvs.excludeCIDRs as kube-proxy's cleanLegacyService: a virtual server no longer wanted whose
+    address is in one stays (with its real servers); the others go as usual."""
+    cfg = replace(CFG, ipvs_exclude_cidrs=(ip_network("10.96.100.0/24"),))
+    both = compile(state(sp("web", "10.96.0.10", 80, EPS), sp("kept", "10.96.100.5", 80, EPS)), cfg, V4)
+    k = synced(both)
+    neither = compile(state(sp("other", "10.96.0.20", 80, EPS)), cfg, V4)
+    p = plan(k.dump(), neither)
+    assert [str(v.ip) for v in p.del_services] == ["10.96.0.10"]
+    k.apply(p)
+    left = {str(v.ip): len(v.reals) for v in k.state.services}
+    assert left == {"10.96.0.20": 3, "10.96.100.5": 3}
+    assert [str(v.ip) for v in plan(k.dump(), compile(state(), CFG, V4)).del_services] == ["10.96.0.20"]

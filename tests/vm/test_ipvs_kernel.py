@@ -6,11 +6,12 @@ compile → plan(kernel.dump(), desired) → kernel.apply, then sends TCP/UDP fr
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from ipaddress import ip_address
+from ipaddress import ip_address, ip_network
 
 import pytest
 
@@ -160,6 +161,25 @@ def test_clients_of_a_service_without_endpoints_fail_fast_every_time(kernel: IPV
     took = refused_in_a_row(served, "10.96.0.10", 81, 40)
     print(f"40 refused connects to an undefined port of a service IP: {took:.3f} s")
     udp_is_refused(served, "10.96.0.53", 53)
+
+
+def test_timeouts_are_set_and_exclude_cidrs_keep_virtual_servers(served: Lab) -> None:
+    """ipvs.tcpTimeout/tcpFinTimeout/udpTimeout as `ipvsadm --set`; a virtual server in
+    ipvs.excludeCIDRs survives a sync that no longer wants it, one outside does not."""
+    cfg = replace(CONFIG, ipvs_exclude_cidrs=(ip_network("10.96.100.0/24"),))
+    k = IPVSKernel(V4, served.node, timeouts=(901.0, 121.0, 301.0))
+    try:
+        sync(k, state(sp("web", "10.96.0.10", 80, POD_IPS), sp("kept", "10.96.100.5", 80, POD_IPS)), cfg)
+        shown = sh("ip", "netns", "exec", served.node, "ipvsadm", "-L", "--timeout")
+        assert "(tcp tcpfin udp): 901 121 301" in shown, shown
+        sync(k, state(sp("other", "10.96.0.20", 80, POD_IPS)), cfg)
+        live = sh("ip", "netns", "exec", served.node, "ipvsadm", "-S", "-n")
+        assert "10.96.100.5:80" in live and "10.96.0.10:80" not in live, live
+    finally:
+        k.cleanup()
+        with contextlib.suppress(RuntimeError):  # kept, and no longer netkit's once its address went
+            sh("ip", "netns", "exec", served.node, "ipvsadm", "-D", "-t", "10.96.100.5:80")
+        sh("ip", "netns", "exec", served.node, "ipvsadm", "--set", "900", "120", "300")  # the kernel defaults
 
 
 def test_apply_twice_is_a_noop(kernel: IPVSKernel) -> None:

@@ -64,7 +64,8 @@ class IPVSBackend:
         return rs.to_json(ruleset)
 
     def kernel(self, config: Config, family: IPFamily, netns: str | None) -> IPVSKernel:
-        return IPVSKernel(family, netns, config.iptables_backend)
+        return IPVSKernel(family, netns, config.iptables_backend,
+                          (config.ipvs_tcp_timeout, config.ipvs_tcp_fin_timeout, config.ipvs_udp_timeout))
 
 
 BACKEND = IPVSBackend()

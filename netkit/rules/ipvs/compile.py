@@ -294,7 +294,9 @@ class Compiler:
             services, index = tuple(self._sorted), dict(self._services)
         addresses = last.addresses if last is not None and not t.addresses else frozenset(self._addresses)
         payload = last.iptables if last is not None and not t.mangle else self._payload()
-        return with_index(Ruleset(self.family, services, addresses, sets, payload), index)
+        keep = tuple(net for net in self.config.ipvs_exclude_cidrs
+                     if net.version == (4 if self.family is IPFamily.IPV4 else 6))
+        return with_index(Ruleset(self.family, services, addresses, sets, payload, keep), index)
 
     def _payload(self) -> ipt.Ruleset:
         mangle = tuple(rule for _, rules in sorted(self._mangle.values()) for rule in rules)

@@ -44,8 +44,9 @@ SYSCTLS = (("net.ipv4.vs.conntrack", "1"), ("net.ipv4.vs.expire_nodest_conn", "1
            ("net.ipv4.vs.expire_quiescent_template", "1"), ("net.ipv4.ip_forward", "1"))
 class IPVSKernel:
     def __init__(self, family: IPFamily = IPFamily.IPV4, netns: str | None = None,
-                 iptables_backend: str = "auto") -> None:
+                 iptables_backend: str = "auto", timeouts: tuple[float, float, float] = (0, 0, 0)) -> None:
         self.family = family
+        self.timeouts = timeouts  # ipvs.tcpTimeout, tcpFinTimeout, udpTimeout in seconds (0: leave it)
         self.netns = netns
         self.af = socket.AF_INET if family is IPFamily.IPV4 else socket.AF_INET6
         self.iptables = IptablesKernel(family, netns, iptables_backend)
@@ -186,6 +187,10 @@ class IPVSKernel:
         if ns.run(["ip", "link", "show", n.INTERFACE], self.netns, check=False).returncode != 0:
             lines.append(f"link add {n.INTERFACE} type dummy")
         self._ip_batch(lines)
+        # ipvs.*Timeout as `ipvsadm --set` (pyroute2's IPVS has no call for it): per namespace, both
+        # families; 0 leaves a value as it is
+        if any(self.timeouts):
+            ns.run(["ipvsadm", "--set", *(str(int(t)) for t in self.timeouts)], self.netns)
         self._prepared = True
 
     def cleanup(self) -> int:

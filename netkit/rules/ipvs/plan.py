@@ -142,7 +142,8 @@ def _plan_services(committed: Ruleset, desired: Ruleset, p: Plan, only: frozense
             assert want is not None
             added.append(want)
         elif want is None:
-            gone.append(have)
+            if not desired.kept(have):
+                gone.append(have)
         elif have != want:  # equality ignores connection counts and comments
             if have.spec != want.spec:
                 changed.append(want)

@@ -19,7 +19,7 @@ from ipaddress import ip_address
 from typing import TYPE_CHECKING
 
 from netkit.model import IPFamily, Protocol
-from netkit.model.types import IPAddress
+from netkit.model.types import IPAddress, IPNetwork
 from netkit.rules.backend import JSONValue, Since
 from netkit.rules.iptables import ruleset as ipt
 
@@ -125,9 +125,15 @@ class Ruleset:
     # IPVS mode's iptables chains and, in the built-in chains, its entry jumps (a dump: the built-in
     # chains as they are, with everyone's rules; only IPVS mode's own chains besides).
     iptables: ipt.Ruleset = field(default_factory=_no_payload)
+    # ipvs.excludeCIDRs (desired side): a live virtual server whose address is in one is never deleted.
+    keep: tuple[IPNetwork, ...] = field(default=(), compare=False)
     # From a remembering Compiler: what can differ from its previous result (see netkit.rules.backend.Since).
     since: Since[Changes] | None = field(default=None, compare=False, repr=False)
     _index: Mapping[VSKey, VirtualServer] | None = field(default=None, init=False, compare=False, repr=False)
+
+    def kept(self, vs: VirtualServer) -> bool:
+        """A virtual server in ipvs.excludeCIDRs: no plan deletes it (kube-proxy's cleanLegacyService)."""
+        return vs.ip is not None and any(vs.ip in net for net in self.keep if net.version == vs.ip.version)
 
     def __post_init__(self) -> None:
         if self.iptables.family is not self.family and not self.iptables.tables:
