@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+
+
+def run_netkit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m netkit ARGS` from the checkout, as a user runs it; never raises for the exit status."""
+    return subprocess.run([sys.executable, "-m", "netkit", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, check=False)
+
+
+def netns_sh(netns: str, *argv: str, input: str | None = None) -> str:
+    """ARGV inside network namespace NETNS; its stdout (raises when it fails)."""
+    return subprocess.run(["ip", "netns", "exec", netns, *argv], input=input, capture_output=True, text=True,
+                          check=True).stdout
 
 
 def need_root_and(*tools: str) -> None:

@@ -20,7 +20,7 @@ from netkit.lab.lab import teardown
 from netkit.lab.nsenter import read_sysctl
 from netkit.lab.plan import Layout
 from netkit.lab.servers import is_server
-from tests.conftest import ROOT, need_root_and
+from tests.conftest import ROOT, need_root_and, run_netkit
 
 pytestmark = pytest.mark.netns
 
@@ -170,8 +170,7 @@ def test_two_labs_at_once_do_not_collide() -> None:
 
 
 def netkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "netkit", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=60, check=False)
+    return run_netkit(*args, timeout=60)
 
 
 def test_cli_up_status_down() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES, ROOT, run_netkit
 from tests.lab_dnat.dataplane import Dataplane
 
 pytestmark = pytest.mark.netns
@@ -63,8 +63,7 @@ def cli_args(dp: Dataplane, manifests: Path) -> list[str]:
 
 
 def netkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "netkit", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    return run_netkit(*args, timeout=300)
 
 
 def test_sigint_during_a_long_apply(dataplane: Dataplane, tmp_path: Path) -> None:

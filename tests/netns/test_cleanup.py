@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
@@ -25,7 +24,7 @@ from netkit.rules.nftables.compile import compile as nft_compile
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.plan import plan as nft_plan
 from netkit.sources.manifests import load
-from tests.conftest import EXAMPLES, ROOT, need_root_and
+from tests.conftest import EXAMPLES, need_root_and, netns_sh, run_netkit
 
 CFG = Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16", "fd00:244::/56"], "t"))
 
@@ -36,13 +35,10 @@ def _tools() -> None:
 
 
 def netkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "netkit", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    return run_netkit(*args, timeout=120)
 
 
-def sh(netns: str, *argv: str, input: str | None = None) -> str:
-    return subprocess.run(["ip", "netns", "exec", netns, *argv], input=input, capture_output=True, text=True,
-                          check=True).stdout
+sh = netns_sh
 
 
 def everything(netns: str) -> str:

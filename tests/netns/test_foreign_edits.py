@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from netkit.rules.nftables import backend as nftables_backend
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.parse import FOREIGN
 from netkit.runtime.daemon import Daemon, DaemonOptions
-from tests.conftest import EXAMPLES, ROOT, need_root_and
+from tests.conftest import EXAMPLES, need_root_and, run_netkit
 
 NODE = ["--node-name", "node-a", "--cluster-cidr", "10.244.0.0/16", "--cluster-cidr", "fd00:244::/56"]
 FOREIGN_EDITS = [
@@ -39,8 +38,7 @@ def _tools() -> None:
 
 
 def netkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "netkit", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    return run_netkit(*args, timeout=120)
 
 
 def nft(netns: str, *args: str) -> str:

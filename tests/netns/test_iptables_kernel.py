@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from netkit.rules.iptables.kernel import IptablesKernel, detect_backend
 from netkit.rules.iptables.names import is_owned
 from netkit.rules.iptables.plan import Plan, plan
 from netkit.sources.manifests import load
-from tests.conftest import EXAMPLES, ROOT, need_root_and
+from tests.conftest import EXAMPLES, need_root_and, run_netkit
 
 BACKENDS = ["legacy", "nft"]
 NODE = ["--node-name", "node-a", "--cluster-cidr", "10.244.0.0/16", "--cluster-cidr", "fd00:244::/56"]
@@ -29,8 +28,7 @@ def _tools() -> None:
 
 
 def netkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "netkit", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    return run_netkit(*args, timeout=120)
 
 
 def save(netns: str, backend: str, family: str = "iptables") -> str:

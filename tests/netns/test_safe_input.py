@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from netkit.rules.nftables.kernel import NftKernel
-from tests.conftest import EXAMPLES, ROOT, held_socket, need_root_and
+from tests.conftest import EXAMPLES, ROOT, held_socket, need_root_and, run_netkit
 from tests.factories import endpoint, node, service, slice_
 
 MODES = [("iptables", "legacy"), ("iptables", "nft"), ("nftables", "")]
@@ -28,8 +28,7 @@ def _tools() -> None:
 
 
 def netkit(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "netkit", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout)
+    return run_netkit(*args, timeout=timeout)
 
 
 def mode_args(netns: str, mode: str, flavour: str) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 
 import pytest
 
@@ -15,7 +14,7 @@ from netkit.config import Config
 from netkit.model import IPFamily
 from netkit.rules.iptables import backend as iptables_backend
 from netkit.runtime.daemon import Daemon, DaemonOptions
-from tests.conftest import EXAMPLES, ROOT, need_root_and
+from tests.conftest import EXAMPLES, need_root_and, netns_sh, run_netkit
 
 NODE = ["--node-name", "node-a", "--cluster-cidr", "10.244.0.0/16", "--cluster-cidr", "fd00:244::/56"]
 # A dataplane: (mode, iptables backend)
@@ -28,13 +27,10 @@ def _tools() -> None:
 
 
 def netkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "netkit", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=120)
+    return run_netkit(*args, timeout=120)
 
 
-def sh(netns: str, *argv: str, input: str | None = None) -> str:
-    return subprocess.run(["ip", "netns", "exec", netns, *argv], input=input, capture_output=True, text=True,
-                          check=True).stdout
+sh = netns_sh
 
 
 def args(netns: str, plane: tuple[str, str]) -> list[str]:
