@@ -67,6 +67,9 @@ class Config:
     # sysctls alone, so localhost NodePorts are off unless the configuration turns them on.
     localhost_nodeports: bool = False
     conntrack_tcp_be_liberal: bool = False
+    # kube-proxy's nfacct counters (netkit.nfacct.COUNTERS) that exist in the rules' network namespace:
+    # the daemon creates them at start and sets this; the iptables rules count into those listed only.
+    nfacct_counters: tuple[str, ...] = ()
     conntrack_max_per_core: int = 32768
     conntrack_min: int = 131072
     conntrack_tcp_established_timeout: float = 86400.0

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic
 
+from netkit import nfacct
 from netkit.cli.filters import Filter, add_filter_options
 from netkit.cli.inputs import Inputs, add_input_options, check_netns, load_inputs
 from netkit.cli.output import STRUCTURED, emit
@@ -210,7 +211,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace, progress: Progress) -> int:
-    inputs = _read(args, progress)
+    inputs = _with_nfacct(_read(args, progress), args)
     flt = Filter.of(args)
 
     def run(be: Backend[R, P]) -> int:
@@ -311,10 +312,19 @@ def cmd_apply(args: argparse.Namespace) -> int:
     130 with one line saying what the node holds."""
     progress = Progress.for_args(args.verbose)
     with progress.running():
-        inputs = _read(args, progress)
+        inputs = _with_nfacct(_read(args, progress), args)
     with deferred_sigint() as interrupted:
         return with_backend(inputs.config.mode, lambda be: _apply(be, inputs, args, interrupted, progress))
 
+
+
+def _with_nfacct(inputs: Inputs, args: argparse.Namespace) -> Inputs:
+    """iptables mode against a kernel: count into the nfacct counters that exist in the namespace
+    (`netkit run` and kube-proxy create them), so their rules compare equal; none are created here."""
+    if inputs.config.mode != "iptables":
+        return inputs
+    counters = nfacct.existing(getattr(args, "netns", None))
+    return replace(inputs, config=replace(inputs.config, nfacct_counters=counters)) if counters else inputs
 
 
 def _read_and_plan(be: Backend[R, P], inputs: Inputs, family: IPFamily, kernel: Kernel[R, P],

@@ -105,7 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config=config, families=families, netns=args.netns, files=tuple(args.files), api=api,
         healthz_address=config.healthz_bind_address or None, metrics_address=config.metrics_bind_address or None,
         dns_listen=args.dns_listen, dns_upstreams=tuple(args.dns_upstream), conntrack=not args.no_conntrack,
-        bind_hard_fail=config.bind_address_hard_fail, allow_empty=args.allow_empty, node_name_defaulted=defaulted)
+        bind_hard_fail=config.bind_address_hard_fail, allow_empty=args.allow_empty, node_name_defaulted=defaulted,
+        nfacct=config.mode == "iptables" and not flag_true(args, "cleanup"))
     daemon = Daemon.for_mode(options)
     if flag_true(args, "cleanup"):
         daemon.cleanup()

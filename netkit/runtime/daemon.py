@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from netkit import nfacct
 from netkit.cli.inputs import unknown_node
 from netkit.config import Config
 from netkit.errors import NetkitError, listening
@@ -82,7 +83,18 @@ class DaemonOptions:
     bind_hard_fail: bool = False  # a health/metrics port that cannot be bound stops the daemon
     bind_retry: float = 5.0  # else it is logged and tried again this often (kube-proxy: 5 s)
     node_name_defaulted: bool = False  # the node name is the hostname (for the unknown-node warning)
+    # iptables mode: create kube-proxy's nfacct counters in the rules' namespace at start; the rules
+    # count into those that exist and the metrics read them (kube-proxy's NewProxier / syncProxyRules)
+    nfacct: bool = False
     reflector_options: Any = None  # netkit.sources.reflector.ReflectorOptions; None: client-go's timings
+
+
+def _nfacct_counters(netns: str | None) -> tuple[str, ...]:
+    made, failed = nfacct.ensure_counters(netns)
+    for name, why in failed.items():
+        log.error("failed to create nfacct counter; the corresponding metric will not be updated",
+                  extra={"counter": name, "error": why})
+    return made
 
 
 class Daemon:
@@ -96,10 +108,13 @@ class Daemon:
         return with_backend(options.config.mode, build)
 
     def __init__(self, options: DaemonOptions, backend: Backend[R, P]) -> None:
+        if options.nfacct:
+            options = replace(options, config=replace(options.config, nfacct_counters=_nfacct_counters(options.netns)))
         cfg = options.config
         self.options = options
         self.store = Store()
         self.metrics = Metrics(cfg.mode, options.families)
+        self.metrics.nfacct(cfg.nfacct_counters, lambda counter: nfacct.read(counter, options.netns))
         self.health = ProxyHealth(2 * cfg.sync_period, options.families, counts=self.metrics.count_probe)
 
         self._plans = _PlanRecorder(backend)  # the plans each sync made (iptables rule metrics)

@@ -10,7 +10,7 @@ the process collector every Go binary has (`process_cpu_seconds_total`, `process
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -24,8 +24,11 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from netkit.model import IPFamily, NodeState
+from netkit.rules.iptables.names import CT_STATE_INVALID_DROPPED, LOCALHOST_NODEPORTS_ACCEPTED
 
 
 def _exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
@@ -61,11 +64,12 @@ class MetricSpec:
     modes: tuple[str, ...] = ALL_MODES
     exported: bool = True
     note: str = ""  # why netkit does not export it, or how it measures it
+    nfacct: str = ""  # read from this nfacct counter at scrape time; only when it exists (Metrics.nfacct)
 
 
 def _m(name: str, t: Type, help: str, labels: tuple[str, ...] = (), buckets: tuple[float, ...] = (),
-       modes: tuple[str, ...] = ALL_MODES, exported: bool = True, note: str = "") -> MetricSpec:
-    return MetricSpec(name, t, help, labels, buckets, modes, exported, note)
+       modes: tuple[str, ...] = ALL_MODES, exported: bool = True, note: str = "", nfacct: str = "") -> MetricSpec:
+    return MetricSpec(name, t, help, labels, buckets, modes, exported, note, nfacct)
 
 
 C, G, H = Type.COUNTER, Type.GAUGE, Type.HISTOGRAM
@@ -110,11 +114,14 @@ KUBE_PROXY_METRICS: tuple[MetricSpec, ...] = (
     _m("kubeproxy_conntrack_reconciler_sync_duration_seconds", H, "ReconcileConntrackFlowsLatency latency in seconds",
        F, exported=False, note="no periodic conntrack reconciler (see above)"),
     _m("kubeproxy_iptables_ct_state_invalid_dropped_packets_total", C,
-       "packets dropped by iptables to work around conntrack problems", modes=IPT, exported=False,
-       note="needs the nfacct counter ct_state_invalid_dropped_pkts in the rules"),
+       "packets dropped by iptables to work around conntrack problems", modes=IPT, nfacct=CT_STATE_INVALID_DROPPED,
+       note="read from the nfacct counter ct_state_invalid_dropped_pkts at scrape time; "
+            "absent when the counter could not be created"),
     _m("kubeproxy_iptables_localhost_nodeports_accepted_packets_total", C,
-       "Number of packets accepted on nodeports of loopback interface", modes=IPT, exported=False,
-       note="needs the nfacct counter localhost_nps_accepted_pkts in the rules"),
+       "Number of packets accepted on nodeports of loopback interface", modes=IPT,
+       nfacct=LOCALHOST_NODEPORTS_ACCEPTED,
+       note="read from the nfacct counter localhost_nps_accepted_pkts at scrape time; "
+            "absent when the counter could not be created"),
 )
 NETKIT_METRICS: tuple[MetricSpec, ...] = (
     _m("netkit_conntrack_udp_flows_deleted_total", C, "Stale UDP conntrack entries deleted"),
@@ -133,12 +140,21 @@ class Metrics:
             ProcessCollector(registry=r)
         self.m: dict[str, Any] = {}
         for spec in (*KUBE_PROXY_METRICS, *NETKIT_METRICS):
-            if spec.exported and mode in spec.modes:
+            if spec.exported and mode in spec.modes and not spec.nfacct:
                 self.m[spec.name] = _make(spec, r)
         for f in self.families:  # kube-proxy's per-family series exist from the start
             for spec in KUBE_PROXY_METRICS:
                 if spec.name in self.m and spec.labels == ("ip_family",):
                     self.m[spec.name].labels(FAMILY_LABEL[f])
+
+    def nfacct(self, counters: Iterable[str], read: Callable[[str], int | None]) -> None:
+        """Export the nfacct-based metrics of the counters that exist (kube-proxy leaves out the metric
+        of a counter it failed to create); `read(counter)` gives its packets at scrape time."""
+        have = set(counters)
+        specs = [s for s in KUBE_PROXY_METRICS if s.nfacct in have and self.mode in s.modes]
+        if specs:
+            self.registry.register(_NfacctCollector(tuple(specs), read))
+            self.m.update({s.name: None for s in specs})
 
     def has(self, name: str) -> bool:
         return name in self.m
@@ -181,6 +197,22 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _NfacctCollector(Collector):
+    def __init__(self, specs: tuple[MetricSpec, ...], read: Callable[[str], int | None]) -> None:
+        self.specs, self.read = specs, read
+
+    def describe(self) -> list[Metric]:
+        return [CounterMetricFamily(s.name.removesuffix("_total"), s.help) for s in self.specs]
+
+    def collect(self) -> list[Metric]:
+        out: list[Metric] = []
+        for s in self.specs:
+            value = self.read(s.nfacct)
+            if value is not None:  # kube-proxy: a failed read leaves the sample out
+                out.append(CounterMetricFamily(s.name.removesuffix("_total"), s.help, value=value))
+        return out
 
 
 def _make(spec: MetricSpec, r: CollectorRegistry) -> Any:

@@ -93,7 +93,12 @@ def test_the_command_runs_serves_health_and_stops_on_sigterm(netns: str, tmp_pat
         with urllib.request.urlopen(f"http://{healthz}/healthz", timeout=2) as resp:
             assert resp.status == 200 and "lastUpdated" in json.loads(resp.read())
         with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=2) as resp:
-            assert b"kubeproxy_sync_proxy_rules_last_timestamp_seconds" in resp.read()
+            page = resp.read()
+        assert b"kubeproxy_sync_proxy_rules_last_timestamp_seconds" in page
+        # kube-proxy's nfacct counters, created at start in the namespace: counted in the rules, exported
+        assert b"\nkubeproxy_iptables_ct_state_invalid_dropped_packets_total 0.0\n" in page
+        assert b"\nkubeproxy_iptables_localhost_nodeports_accepted_packets_total 0.0\n" in page
+        assert "--nfacct-name  ct_state_invalid_dropped_pkts" in kernel.dump().rules("filter", "KUBE-FORWARD")[0]
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
         err = log_path.read_text()

@@ -15,6 +15,7 @@ from netkit.rules.iptables.compile import compile
 from netkit.rules.iptables.kernel import IptablesKernel, detect_backend
 from netkit.rules.iptables.names import is_owned
 from netkit.rules.iptables.plan import Plan, plan
+from netkit.rules.iptables.ruleset import Ruleset
 from netkit.sources.manifests import load
 from tests.conftest import EXAMPLES, need_root_and, run_netkit
 
@@ -38,6 +39,18 @@ def save(netns: str, backend: str, family: str = "iptables") -> str:
     return "\n".join(ln for ln in out.splitlines() if not ln.startswith("#"))
 
 
+def apply_and_read_back(netns: str, backend: str, desired: Ruleset) -> Ruleset:
+    """Apply `desired` and assert every chain reads back in exactly its spelling; the live rules."""
+    kernel = IptablesKernel(desired.family, netns, backend)
+    kernel.apply(plan(kernel.dump(), desired))
+    live = kernel.dump()
+    for table, chains in desired.tables.items():
+        for chain, rules in chains.items():
+            assert live.rules(table, chain) == rules, (desired.family, table, chain)
+    assert plan(live, desired).empty
+    return live
+
+
 def owned_lines(text: str) -> list[str]:
     return sorted(ln for ln in text.splitlines()
                   if ln.startswith((":KUBE", "-A KUBE", "-A PREROUTING", "-A OUTPUT", "-A POSTROUTING",
@@ -52,14 +65,7 @@ def test_every_example_loads_and_reads_back_equal(netns: str, backend: str, exam
     cfg = Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16", "fd00:244::/56"], "t"),
                  iptables_backend=backend)
     for family in (IPFamily.IPV4, IPFamily.IPV6):
-        desired = compile(build(loaded.objects, "node-a"), cfg, family)
-        kernel = IptablesKernel(family, netns, backend)
-        kernel.apply(plan(kernel.dump(), desired))
-        live = kernel.dump()
-        for table, chains in desired.tables.items():
-            for chain, rules in chains.items():
-                assert live.rules(table, chain) == rules, (family, table, chain)
-        assert plan(live, desired).empty
+        apply_and_read_back(netns, backend, compile(build(loaded.objects, "node-a"), cfg, family))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -15,6 +15,7 @@ import pytest
 from netkit.config import Config, parse_cidrs, parse_ips
 from netkit.model import IPFamily, build
 from netkit.rules.iptables.compile import compile
+from netkit.rules.iptables.names import NFACCT_COUNTERS
 from netkit.rules.iptables.ruleset import Ruleset, parse, render
 from netkit.sources.manifests import load
 from tests.conftest import EXAMPLES, ROOT
@@ -36,6 +37,9 @@ GOLDEN_CASES = {
     "examples-localhost-nodeports": ([EXAMPLES], replace(
         BASE, localhost_nodeports=True, node_port_addresses=parse_cidrs(["192.0.2.0/24", "127.0.0.0/8"], "t"),
         node_ips=parse_ips(["192.0.2.10", "198.51.100.7"], "t")), IPFamily.IPV4),
+    # kube-proxy's nfacct counters exist: the INVALID drop counts, each localhost NodePort counts first.
+    "examples-nfacct": ([EXAMPLES], replace(
+        BASE, localhost_nodeports=True, nfacct_counters=NFACCT_COUNTERS), IPFamily.IPV4),
 }
 
 

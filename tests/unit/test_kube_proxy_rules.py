@@ -15,6 +15,7 @@ from netkit.config import Config, node_port_addresses, parse_cidrs, parse_ips
 from netkit.model import EndpointAddr, IPFamily, ObjectRef, Protocol, ServicePortName, ServicePortState, build
 from netkit.model.state import categorize
 from netkit.rules.iptables.compile import compile as compile_iptables
+from netkit.rules.iptables.names import NFACCT_COUNTERS
 from netkit.rules.iptables.ruleset import Ruleset
 from netkit.rules.nftables.compile import compile as compile_nft
 from netkit.rules.nftables.ruleset import Ruleset as NftRuleset
@@ -232,3 +233,32 @@ def test_for_nodes_read_from_the_endpointslice_and_used_in_rules() -> None:
     assert _svc_jumps(BASE, IPFamily.IPV4, svc, eps, f.node("node-a")) == ["10.180.0.1:80"]
     assert _svc_jumps(replace(BASE, node_name="node-b"), IPFamily.IPV4, svc, eps, f.node("node-b")) == [
         "10.180.0.2:80"]
+
+
+INVALID = "-m conntrack --ctstate INVALID -m nfacct --nfacct-name  ct_state_invalid_dropped_pkts -j DROP"
+
+
+def test_nfacct_counters_in_kube_proxys_rules_only_when_they_exist() -> None:
+    counted = _iptables(IPFamily.IPV4, localhost_nodeports=True, nfacct_counters=NFACCT_COUNTERS)
+    assert counted.rules("filter", "KUBE-FORWARD")[0] == INVALID  # iptables-save's spelling: two spaces
+    nodeports = counted.rules("nat", "KUBE-NODEPORTS")
+    localhost = [r for r in nodeports if "nfacct" in r]
+    assert localhost and all(r.startswith("-d 127.0.0.0/8 -p ") and
+                             "-m nfacct --nfacct-name  localhost_nps_accepted_pkts -j KUBE-EXT-" in r
+                             for r in localhost)
+    for r in localhost:  # each right before the NodePort's normal rule, same port and target
+        normal = nodeports[nodeports.index(r) + 1]
+        assert normal == r.replace("-d 127.0.0.0/8 ", "").replace(
+            "-m nfacct --nfacct-name  localhost_nps_accepted_pkts ", "")
+    plain = _iptables(IPFamily.IPV4, localhost_nodeports=True)
+    assert not any("nfacct" in r for t in ("filter", "nat") for rules in plain.chains(t).values() for r in rules)
+    # Only the counter that exists; localhost NodePorts off or IPv6: no localhost counting (kube-proxy).
+    only_invalid = _iptables(IPFamily.IPV4, localhost_nodeports=True,
+                             nfacct_counters=("ct_state_invalid_dropped_pkts",))
+    assert not any("nfacct" in r for r in only_invalid.rules("nat", "KUBE-NODEPORTS"))
+    for family, on in ((IPFamily.IPV4, False), (IPFamily.IPV6, True)):
+        rs = _iptables(family, localhost_nodeports=on, nfacct_counters=NFACCT_COUNTERS)
+        assert not any("nfacct" in r for r in rs.rules("nat", "KUBE-NODEPORTS"))
+        assert "--nfacct-name  ct_state_invalid_dropped_pkts" in rs.rules("filter", "KUBE-FORWARD")[0]
+    liberal = _iptables(IPFamily.IPV4, conntrack_tcp_be_liberal=True, nfacct_counters=NFACCT_COUNTERS)
+    assert not any("INVALID" in r for r in liberal.rules("filter", "KUBE-FORWARD"))

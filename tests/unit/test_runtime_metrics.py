@@ -8,6 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netkit.model import IPFamily, build
+from netkit.rules.iptables.names import NFACCT_COUNTERS
 from netkit.runtime.metrics import (
     KUBE_PROXY_METRICS,
     PROGRAMMING_BUCKETS,
@@ -50,7 +51,9 @@ PER_MODE = {
                  "kubeproxy_sync_partial_proxy_rules_duration_seconds",
                  "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
                  "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
-                 "kubeproxy_sync_proxy_rules_iptables_total", "kubeproxy_sync_proxy_rules_iptables_last"},
+                 "kubeproxy_sync_proxy_rules_iptables_total", "kubeproxy_sync_proxy_rules_iptables_last",
+                 "kubeproxy_iptables_ct_state_invalid_dropped_packets_total",
+                 "kubeproxy_iptables_localhost_nodeports_accepted_packets_total"},
     "ipvs": {"kubeproxy_sync_proxy_rules_iptables_restore_failures_total"},
     "nftables": {"kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
                  "kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total"},
@@ -81,6 +84,7 @@ def test_the_page_has_kube_proxys_metrics_for_the_mode(mode: str) -> None:
     m.no_local_endpoints(build(objects(node()), "node-a", ()))
     if mode == "iptables":
         m.iptables_rules(IPFamily.IPV4, {"nat": 3}, {"nat": 1})
+    m.nfacct(NFACCT_COUNTERS, {"ct_state_invalid_dropped_pkts": 7, "localhost_nps_accepted_pkts": 0}.get)
     page = _page(m)
     registered = {s.name for s in KUBE_PROXY_METRICS if s.exported and mode in s.modes}
     mode_only = set().union(*PER_MODE.values())
@@ -143,3 +147,22 @@ def test_rule_counts_per_table_and_written() -> None:
     total, last = plan_rules(Plan(), before, count_rules(before))
     assert total == count_rules(after) == {"nat": 4, "filter": 1}
     assert last == {"nat": 2, "filter": 1}
+
+
+def test_nfacct_metrics_only_for_counters_that_exist_read_at_scrape_time() -> None:
+    counts = {"ct_state_invalid_dropped_pkts": 3}
+    m = Metrics("iptables", (IPFamily.IPV4,), process=False)
+    m.nfacct(("ct_state_invalid_dropped_pkts",), counts.get)  # localhost_nps_accepted_pkts failed to be created
+    page = m.render().decode()
+    assert "kubeproxy_iptables_ct_state_invalid_dropped_packets_total 3.0" in page
+    assert "localhost_nodeports" not in page
+    counts["ct_state_invalid_dropped_pkts"] = 5
+    assert "kubeproxy_iptables_ct_state_invalid_dropped_packets_total 5.0" in m.render().decode()
+    counts.clear()  # a failed read leaves the sample out, as kube-proxy's collector
+    assert "kubeproxy_iptables_ct_state_invalid_dropped_packets_total " not in m.render().decode()
+
+
+def test_no_nfacct_metrics_outside_iptables_mode() -> None:
+    m = Metrics("nftables", (IPFamily.IPV4,), process=False)
+    m.nfacct(NFACCT_COUNTERS, lambda _: 1)
+    assert "kubeproxy_iptables_" not in m.render().decode()

@@ -31,6 +31,7 @@ from netkit.model import IPFamily, NodeInfo, NodeState, ServicePortState, Verdic
 from netkit.model.types import IPAddress, IPNetwork
 from netkit.rules.backend import Since
 from netkit.rules.iptables import names as n
+from netkit.rules.iptables.names import CT_STATE_INVALID_DROPPED, LOCALHOST_NODEPORTS_ACCEPTED
 from netkit.rules.iptables.ruleset import Ruleset, probability_of, quote_comment
 from netkit.rules.nodeports import localhost_nodeports, nodeport_ips
 
@@ -135,6 +136,8 @@ class _Builder:
         self.filter: dict[str, list[str]] = {n.SERVICES: [], n.EXTERNAL_SERVICES: [], n.NODEPORTS: [],
                                              n.PROXY_FIREWALL: []}
         self.service_chains: dict[str, tuple[str, ...]] = {}
+        self.count_localhost = (LOCALHOST_NODEPORTS_ACCEPTED in config.nfacct_counters
+                                and localhost_nodeports(config, family))
 
     def reject(self, proto: str) -> str:
         """TCP is refused with a TCP reset, which the kernel never rate-limits; an ICMP
@@ -207,6 +210,10 @@ class _Builder:
 
         if p.node_port:
             if has_any:
+                if self.count_localhost:  # kube-proxy: counted, then the normal rule below takes the rest
+                    nat[n.NODEPORTS].append(
+                        f"-d 127.0.0.0/8 -p {proto} -m comment --comment {quote_comment(name)} -m {proto} "
+                        f"--dport {p.node_port} {nfacct_match(LOCALHOST_NODEPORTS_ACCEPTED)}-j {ext}")
                 nat[n.NODEPORTS].append(
                     f"-p {proto} -m comment --comment {quote_comment(name)} -m {proto} --dport {p.node_port} "
                     f"-j {ext}")
@@ -331,7 +338,9 @@ class _Builder:
             n.MARK_MASQ: (f"-j MARK --set-xmark {mark}/{mark}",),
             **self.service_chains,
         }
-        forward = [] if self.config.conntrack_tcp_be_liberal else ["-m conntrack --ctstate INVALID -j DROP"]
+        counted = CT_STATE_INVALID_DROPPED in self.config.nfacct_counters
+        invalid = f"-m conntrack --ctstate INVALID {nfacct_match(CT_STATE_INVALID_DROPPED) if counted else ''}-j DROP"
+        forward = [] if self.config.conntrack_tcp_be_liberal else [invalid]
         forward += [
             f'-m comment --comment "kubernetes forwarding rules" -m mark --mark {mark}/{mark} -j ACCEPT',
             '-m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED '
@@ -384,6 +393,11 @@ def _endpoints(p: ServicePortState, name: str, proto: str) -> dict[int, _Ep]:
             text = f"[{ip}]:{e.port}" if e.ip.version == 6 else f"{ip}:{e.port}"
             out[id(e)] = _Ep(n.endpoint_chain_of(name, proto, text), text, f"{ip}/{e.ip.max_prefixlen}")
     return out
+
+
+def nfacct_match(counter: str) -> str:
+    """`-m nfacct` as iptables-save prints it (two spaces before the name), with a trailing space."""
+    return f"-m nfacct --nfacct-name  {counter} "
 
 
 def _generic(*parts: str) -> str:

@@ -67,3 +67,8 @@ def endpoint_chain_of(name: str, proto: str, endpoint: str) -> str:
 def is_owned(chain: str) -> bool:
     """A chain netkit (or kube-proxy before it) writes and may rewrite or delete."""
     return chain in FIXED_CHAINS or chain.startswith(SERVICE_CHAIN_PREFIXES)
+
+# kube-proxy's optional nfacct counters (pkg/proxy/metrics); the rules count into those that exist.
+CT_STATE_INVALID_DROPPED = "ct_state_invalid_dropped_pkts"
+LOCALHOST_NODEPORTS_ACCEPTED = "localhost_nps_accepted_pkts"
+NFACCT_COUNTERS = (CT_STATE_INVALID_DROPPED, LOCALHOST_NODEPORTS_ACCEPTED)

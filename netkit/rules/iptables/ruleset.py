@@ -282,7 +282,14 @@ def _reject_target(opts: list[str], family: IPFamily) -> list[str]:
     return ["--reject-with", default]
 
 
-_MATCH_FIXERS = {"comment": _comment, "statistic": _statistic, "recent": _recent}
+def _nfacct(opts: list[str], family: IPFamily) -> list[str]:
+    # iptables-save prints two spaces between --nfacct-name and the counter's name.
+    if len(opts) >= 2 and opts[0] == "--nfacct-name":
+        return ["--nfacct-name", " " + opts[1], *opts[2:]]
+    return opts
+
+
+_MATCH_FIXERS = {"nfacct": _nfacct, "comment": _comment, "statistic": _statistic, "recent": _recent}
 _TARGET_FIXERS = {"MARK": _mark_target, "REJECT": _reject_target}
 
 
