@@ -33,9 +33,11 @@ def _apply(dp: Dataplane, localhost: bool, counters: tuple[str, ...] = ()) -> No
 
 
 def test_localhost_nodeport_reaches_a_pod_through_the_guard(dataplane: Dataplane) -> None:
-    if dataplane.mode != "iptables":
-        pytest.skip("localhost NodePorts exist only in iptables mode (kube-proxy's nftables mode has none)")
     dataplane.lab.sysctl("node-a", "net.ipv4.conf.all.route_localnet", "1")
+    if dataplane.mode != "iptables":  # kube-proxy's nftables mode has no localhost NodePorts: the option is inert
+        _apply(dataplane, localhost=True)
+        assert not dataplane.lab.connect("node-a", "127.0.0.1", NODE_PORT).answered
+        return
     _apply(dataplane, localhost=False)
     assert not dataplane.lab.connect("node-a", "127.0.0.1", NODE_PORT).answered
     _apply(dataplane, localhost=True)
@@ -47,13 +49,15 @@ def test_localhost_nodeport_reaches_a_pod_through_the_guard(dataplane: Dataplane
 
 
 def test_localhost_nodeport_connections_count_in_kube_proxys_nfacct_counter(dataplane: Dataplane) -> None:
-    if dataplane.mode != "iptables":
-        pytest.skip("nfacct counters exist only in iptables mode (kube-proxy's other modes have none)")
     netns = dataplane.lab.node_a.netns
     dataplane.lab.sysctl("node-a", "net.ipv4.conf.all.route_localnet", "1")
     counters, failed = nfacct.ensure_counters(netns)
     assert failed == {}
     _apply(dataplane, localhost=True, counters=counters)
+    if dataplane.mode != "iptables":  # kube-proxy's other modes count nothing in nfacct
+        dataplane.lab.connect("node-a", "127.0.0.1", NODE_PORT)
+        assert nfacct.read(LOCALHOST_NODEPORTS_ACCEPTED, netns) == 0
+        return
     replies = dataplane.lab.connect_many("node-a", "127.0.0.1", NODE_PORT, count=3)
     assert all(r.answered for r in replies), replies
     assert nfacct.read(LOCALHOST_NODEPORTS_ACCEPTED, netns) == 3  # one per new connection (nat sees the first)
