@@ -112,12 +112,19 @@ class Tally:
 def tally(attempts: Sequence[Attempt], timeline: Timeline) -> Tally:
     counts = {"answered": 0, "refused_as_expected": 0, "failed": 0, "timed_out": 0, "wrong": 0}
     examples: list[str] = []
-    for a in attempts:
+    reached: dict[tuple[str, int], str] = {}  # UDP: the backend each client address:port last reached
+    for a in sorted(attempts, key=lambda a: a.started):
         phase = timeline.at(a.started)
         right = phase.new | phase.serving if a.sticky else phase.new
         r = a.reply
+        if a.proto == "udp" and not a.sticky and r.peer is not None and reached.get(r.peer) in phase.serving:
+            # a new socket that drew the source port of an earlier flow meets that flow's conntrack
+            # entry, which stays on its endpoint while it serves: as right as a sticky flow
+            right = right | {reached[r.peer]}
         if r.outcome is Outcome.ANSWERED:
             verdict = "answered" if r.backend in right else "wrong"
+            if a.proto == "udp" and r.peer is not None and r.backend is not None:
+                reached[r.peer] = r.backend
         elif r.outcome is Outcome.TIMEOUT:
             # UDP to a Service without endpoints: the kernel rate-limits its ICMP port-unreachable
             # replies per client, so some datagrams are dropped silently: as good as a refusal
