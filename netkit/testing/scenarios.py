@@ -159,6 +159,13 @@ class Env:
                              healthz_address=None, metrics_address=None, health_check_host="127.0.0.1",
                              reflector_options=FAST, handle_signals=False)
 
+    async def begin(self, web: Sequence[str], dns: Sequence[str]) -> None:
+        """Serve `web` and `dns` from these pods, start the daemon, wait for its rules, start the timeline."""
+        self.put(*base_objects(web, dns))
+        await self.start_daemon()
+        await self.applied(has(set(web), set(dns)))
+        self.timeline.start(sorted(set(web) | set(dns)))
+
     async def start_daemon(self) -> Daemon:
         self.daemon = Daemon.for_mode(self.options())
         self.task = asyncio.create_task(self.daemon.run(), name="daemon")
@@ -305,10 +312,7 @@ async def rolling_update(lab: Lab, mode: str, rate: float, hold: float) -> dict[
     """web and dns move from web-a1 + web-a2 to web-a2 + web-b1 the way a Deployment rolls: the new
     pod becomes ready, the old one terminates while still serving, then it is removed."""
     async with environment(lab, mode) as env:
-        env.put(*base_objects(["web-a1", "web-a2"], ["web-a1", "web-a2"]))
-        await env.start_daemon()
-        await env.applied(has({"web-a1", "web-a2"}, {"web-a1", "web-a2"}))
-        env.timeline.start(["web-a1", "web-a2"])
+        await env.begin(["web-a1", "web-a2"], ["web-a1", "web-a2"])
         async with traffic(env, rate) as t:
             await asyncio.sleep(hold)
             steps: list[tuple[list[str | Endpoint], list[str], list[str]]] = [
@@ -326,10 +330,7 @@ async def rolling_update(lab: Lab, mode: str, rate: float, hold: float) -> dict[
 async def scale_to_zero_and_back(lab: Lab, mode: str, rate: float, hold: float) -> dict[str, Tally]:
     """Two endpoints → none (connections are rejected at once) → one new one."""
     async with environment(lab, mode) as env:
-        env.put(*base_objects(["web-a1", "web-b1"], ["web-a1", "web-b1"]))
-        await env.start_daemon()
-        await env.applied(has({"web-a1", "web-b1"}, {"web-a1", "web-b1"}))
-        env.timeline.start(["web-a1", "web-b1"])
+        await env.begin(["web-a1", "web-b1"], ["web-a1", "web-b1"])
         async with traffic(env, rate) as t:
             await asyncio.sleep(hold)
             await env.change([endpoint_slice("web", []), endpoint_slice("dns", [])], has(set(), set()), [])
@@ -344,10 +345,7 @@ async def restart(lab: Lab, mode: str, rate: float, hold: float) -> dict[str, Ta
     """The daemon stops (SIGTERM: rules stay), is down for `hold`, starts again: its first sync
     after the start must not disturb anything."""
     async with environment(lab, mode) as env:
-        env.put(*base_objects(["web-a1", "web-b1"], ["web-a1", "web-b1"]))
-        await env.start_daemon()
-        await env.applied(has({"web-a1", "web-b1"}, {"web-a1", "web-b1"}))
-        env.timeline.start(["web-a1", "web-b1"])
+        await env.begin(["web-a1", "web-b1"], ["web-a1", "web-b1"])
         async with traffic(env, rate) as t:
             await asyncio.sleep(hold)
             await env.stop_daemon()
@@ -362,10 +360,7 @@ async def conntrack_across_restart(lab: Lab, mode: str, rate: float, hold: float
     """An endpoint is removed while the daemon is down: the UDP flows on it must move once the daemon
     is back (its first sync checks the kernel's entries, not its memory)."""
     async with environment(lab, mode) as env:
-        env.put(*base_objects(["web-a1", "web-b1"], ["web-a1", "web-b1"]))
-        await env.start_daemon()
-        await env.applied(has({"web-a1", "web-b1"}, {"web-a1", "web-b1"}))
-        env.timeline.start(["web-a1", "web-b1"])
+        await env.begin(["web-a1", "web-b1"], ["web-a1", "web-b1"])
         async with traffic(env, rate) as t:
             await asyncio.sleep(hold)
             await env.stop_daemon()
@@ -384,10 +379,7 @@ async def terminating_udp(lab: Lab, mode: str, rate: float, hold: float) -> dict
     """dns's endpoints start terminating while still serving: new flows avoid them, existing UDP
     flows stay (nothing flushed); then they stop serving and the flows move."""
     async with environment(lab, mode) as env:
-        env.put(*base_objects(["web-a1"], ["web-a1", "web-a2"]))
-        await env.start_daemon()
-        await env.applied(has({"web-a1"}, {"web-a1", "web-a2"}))
-        env.timeline.start(["web-a1", "web-a2"])
+        await env.begin(["web-a1"], ["web-a1", "web-a2"])
         async with traffic(env, rate) as t:
             await asyncio.sleep(hold)
             flushed = env.daemon.metrics.conntrack_flushed._value.get()  # type: ignore[union-attr]
@@ -411,10 +403,7 @@ async def directory_removed_and_recreated(lab: Lab, mode: str, rate: float, hold
     edited again later (followed)."""
     async with environment(lab, mode, files=True) as env:
         assert env.files is not None
-        env.put(*base_objects(["web-a1", "web-b1"], ["web-a1", "web-b1"]))
-        await env.start_daemon()
-        await env.applied(has({"web-a1", "web-b1"}, {"web-a1", "web-b1"}))
-        env.timeline.start(["web-a1", "web-b1"])
+        await env.begin(["web-a1", "web-b1"], ["web-a1", "web-b1"])
         async with traffic(env, rate) as t:
             await asyncio.sleep(hold)
             shutil.rmtree(env.files)
@@ -433,10 +422,7 @@ async def files_deleted_and_written_back(lab: Lab, mode: str, rate: float, hold:
     one with a change: the rules stay meanwhile, and the change is followed."""
     async with environment(lab, mode, files=True) as env:
         assert env.files is not None
-        env.put(*base_objects(["web-a1", "web-b1"], ["web-a1", "web-b1"]))
-        await env.start_daemon()
-        await env.applied(has({"web-a1", "web-b1"}, {"web-a1", "web-b1"}))
-        env.timeline.start(["web-a1", "web-b1"])
+        await env.begin(["web-a1", "web-b1"], ["web-a1", "web-b1"])
         async with traffic(env, rate) as t:
             await asyncio.sleep(hold)
             for path in env.files.iterdir():
@@ -565,10 +551,7 @@ def stop_process(spawned: Spawned) -> None:
 async def steady(lab: Lab, mode: str, rate: float, hold: float) -> dict[str, Tally]:
     """The baseline: the same traffic for as long, nothing changes."""
     async with environment(lab, mode) as env:
-        env.put(*base_objects(["web-a1", "web-b1"], ["web-a1", "web-b1"]))
-        await env.start_daemon()
-        await env.applied(has({"web-a1", "web-b1"}, {"web-a1", "web-b1"}))
-        env.timeline.start(["web-a1", "web-b1"])
+        await env.begin(["web-a1", "web-b1"], ["web-a1", "web-b1"])
         async with traffic(env, rate) as t:
             await asyncio.sleep(4 * hold)
         return tallies(t, env.timeline)

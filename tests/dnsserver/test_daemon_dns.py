@@ -39,16 +39,21 @@ def wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyp
         time.sleep(0.1)
 
 
+def run_with_dns(manifests: Path, netns: str, port: int, min_sync: str, sync: str) -> subprocess.Popen[str]:
+    """`netkit run -f MANIFESTS --dns-listen 127.0.0.1:PORT` inside NETNS, health and metrics off."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "netkit", "run", "-f", str(manifests), "--node-name", "node-a",
+         "--cluster-cidr", "10.244.0.0/16", "--netns", netns, "--healthz-bind-address", "",
+         "--metrics-bind-address", "", "--dns-listen", f"127.0.0.1:{port}", "--dns-upstream", "127.0.0.1:9",
+         "--min-sync-period", min_sync, "--sync-period", sync],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
 def test_daemon_serves_and_follows_the_synced_view(netns: str, tmp_path: Path) -> None:
     manifests = tmp_path / "m"
     shutil.copytree(EXAMPLES, manifests)
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "netkit", "run", "-f", str(manifests), "--node-name", "node-a",
-         "--cluster-cidr", "10.244.0.0/16", "--netns", netns, "--healthz-bind-address", "",
-         "--metrics-bind-address", "", "--dns-listen", f"127.0.0.1:{port}", "--dns-upstream", "127.0.0.1:9",
-         "--min-sync-period", "0.1", "--sync-period", "5"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = run_with_dns(manifests, netns, port, "0.1", "5")
     try:
         wait_for(lambda: ask(port, "web.default.svc.cluster.local").rcode() == dns.rcode.NOERROR)
         reply = ask(port, "web.default.svc.cluster.local")
@@ -72,12 +77,7 @@ def test_dns_follows_changes_without_waiting_for_a_rule_sync(netns: str, tmp_pat
     manifests = tmp_path / "m"
     shutil.copytree(EXAMPLES, manifests)
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "netkit", "run", "-f", str(manifests), "--node-name", "node-a",
-         "--cluster-cidr", "10.244.0.0/16", "--netns", netns, "--healthz-bind-address", "",
-         "--metrics-bind-address", "", "--dns-listen", f"127.0.0.1:{port}", "--dns-upstream", "127.0.0.1:9",
-         "--min-sync-period", "60", "--sync-period", "120"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = run_with_dns(manifests, netns, port, "60", "120")
     try:
         wait_for(lambda: ask(port, "web.default.svc.cluster.local").rcode() == dns.rcode.NOERROR)
         time.sleep(0.5)  # the first rule sync has run: the next may not start for 60 s
