@@ -1,0 +1,156 @@
+"""Benchmark: the whole `netkit diff` command against a namespace already in sync, next to the
+kernel's own dump of the same tables measured in the same run.
+
+For each mode/backend (legacy and nft: iptables mode with that iptables; nftables: nftables mode),
+a network namespace is created (and always removed), N services × E endpoints (bench/compile.py's
+objects, dumped to a JSON file as `kubectl get -o json` gives them) are written into it with
+`netkit apply`, and then, `--runs` times each, alternating:
+
+- `netkit diff -f dump.json` as a user runs it (process start, decode, validate, read the kernel,
+  compile, plan, summarise); it must say "in sync" (exit 0);
+- the kernel's own dump of what netkit reads: `iptables-<backend>-save -t mangle`, `-t filter`,
+  `-t nat` (one process per table, as netkit reads them), or `nft -j list table ip netkit`.
+
+Printed: medians of wall time and CPU (user + system of the process and the tools it ran), the peak
+RSS of `netkit diff`, and the ratios diff/dump. Targets (#15): iptables modes ≤ 1.5 × the dump;
+nftables mode ≤ 3 s and ≤ 400 MB at 10k services.
+
+    .venv/bin/python bench/diff.py [--services 10000] [--endpoints 10] [--runs 3] [--backends legacy nft nftables]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compile import CONFIG, manifests, objects  # noqa: E402  (bench/compile.py: the same objects)
+
+TABLES = ("mangle", "filter", "nat")  # what netkit's iptables kernel reads (rules/iptables/kernel.py)
+
+
+@dataclass(frozen=True)
+class Run:
+    wall: float
+    cpu: float
+    peak_rss_mb: float
+    returncode: int
+    stdout: str
+
+
+def timed(argv: list[str]) -> Run:
+    """argv to the end, its own rusage (wait4: this child and the descendants it waited for)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    out, err = _drain(proc)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(argv)} failed (exit {proc.returncode}): {err[-2000:]}")
+    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode, out)
+
+
+def _drain(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Read stdout and stderr to their ends without reaping the child (wait4 does that)."""
+    assert proc.stdout is not None and proc.stderr is not None
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read() if proc.stderr else ""))
+    reader.start()
+    out = proc.stdout.read()
+    reader.join()
+    proc.stdout.close()
+    proc.stderr.close()
+    return out, err[0] if err else ""
+
+
+def netkit_args(mode: str, backend: str, netns: str, dump: Path) -> list[str]:
+    args = ["-f", str(dump), "--mode", mode, "--ip-family", "ipv4", "--netns", netns,
+            "--node-name", CONFIG.node_name, "--cluster-cidr", "10.128.0.0/9"]
+    return args + (["--iptables-backend", backend] if mode == "iptables" else [])
+
+
+def kernel_dump(backend: str, netns: str) -> Run:
+    """The kernel's own dump of what netkit reads, each tool in the namespace; times summed."""
+    if backend == "nftables":
+        return timed(["ip", "netns", "exec", netns, "nft", "-j", "list", "table", "ip", "netkit"])
+    runs = [timed(["ip", "netns", "exec", netns, f"iptables-{backend}-save", "-t", t]) for t in TABLES]
+    return Run(sum(r.wall for r in runs), sum(r.cpu for r in runs), max(r.peak_rss_mb for r in runs), 0,
+               "".join(r.stdout for r in runs))
+
+
+def measure(backend: str, n: int, endpoints: int, runs: int, tmp: Path) -> dict[str, float | int]:
+    mode = "nftables" if backend == "nftables" else "iptables"
+    # nftables mode without ClientIP affinity, as bench/sync.py: nft 1.0.6 is killed loading the
+    # 14,300 dynamic sets of the bench's sticky services at 10k in one transaction.
+    dump = tmp / f"dump-{mode}.json"
+    if not dump.exists():
+        dump.write_text(json.dumps(manifests(objects(n, endpoints, affinity_every=0 if mode == "nftables" else 7))))
+    netns = f"nkbench-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    try:
+        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
+        subprocess.run([sys.executable, "-m", "netkit", "apply", *netkit_args(mode, backend, netns, dump)],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        diffs, dumps = [], []
+        for _ in range(runs):
+            d = timed([sys.executable, "-m", "netkit", "diff", "--stat", *netkit_args(mode, backend, netns, dump)])
+            if d.returncode != 0:
+                raise RuntimeError(f"{backend}: netkit diff is not in sync after apply:\n{d.stdout[-2000:]}")
+            diffs.append(d)
+            dumps.append(kernel_dump(backend, netns))
+        return {"diff_wall": statistics.median(r.wall for r in diffs),
+                "diff_cpu": statistics.median(r.cpu for r in diffs),
+                "diff_rss": max(r.peak_rss_mb for r in diffs),
+                "dump_wall": statistics.median(r.wall for r in dumps),
+                "dump_cpu": statistics.median(r.cpu for r in dumps),
+                "dump_mb": len(dumps[-1].stdout) / 1e6}
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], check=False)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--services", type=int, default=10_000)
+    ap.add_argument("--endpoints", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--backends", nargs="+", default=["legacy", "nft", "nftables"],
+                    help="legacy, nft (iptables mode with that iptables), nftables (nftables mode)")
+    args = ap.parse_args()
+    print(f"{args.services} services × {args.endpoints} endpoints, in sync; medians of {args.runs} runs; "
+          f"load average {os.getloadavg()[0]:.2f} at the start")
+    print(f"{'backend':8} | {'diff wall':>9} {'CPU':>7} {'peak RSS':>8} | {'dump wall':>9} {'CPU':>7} {'MB':>5} | "
+          f"{'ratio wall':>10} {'CPU':>5} | target")
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in args.backends:
+            r = measure(backend, args.services, args.endpoints, args.runs, Path(tmp))
+            ratio = r["diff_wall"] / r["dump_wall"]
+            if backend == "nftables":
+                met = r["diff_wall"] <= 3.0 and r["diff_rss"] <= 400
+                target = f"≤ 3 s, ≤ 400 MB  {'OK' if met else 'MISSED'}"
+            else:
+                met = ratio <= 1.5
+                target = f"≤ 1.5×  {'OK' if met else 'MISSED'}"
+            ok = ok and met
+            print(f"{backend:8} | {r['diff_wall']:>8.2f}s {r['diff_cpu']:>6.2f}s {r['diff_rss']:>6.0f}MB | "
+                  f"{r['dump_wall']:>8.2f}s {r['dump_cpu']:>6.2f}s {r['dump_mb']:>5.1f} | "
+                  f"{ratio:>10.2f} {r['diff_cpu'] / r['dump_cpu']:>5.2f} | {target}", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f} at the end; targets", "met" if ok else "MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
