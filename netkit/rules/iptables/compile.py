@@ -33,6 +33,7 @@ from netkit.rules.backend import Since
 from netkit.rules.iptables import names as n
 from netkit.rules.iptables.names import CT_STATE_INVALID_DROPPED, LOCALHOST_NODEPORTS_ACCEPTED
 from netkit.rules.iptables.ruleset import Ruleset, probability_of, quote_comment
+from netkit.rules.memo import PortMemo
 from netkit.rules.nodeports import localhost_nodeports, nodeport_ips
 
 NODEPORTS_COMMENT = '"kubernetes service nodeports; NOTE: this must be the last rule in this chain"'
@@ -68,13 +69,14 @@ class _Chunk(NamedTuple):
 class Compiler:
     """`compile` with a memory, for the daemon: a ServicePortState that is the very same object as at
     the last compile (StateBuilder hands unchanged services back as they were) reuses the chunk made
-    from it, so a sync after one EndpointSlice change renders one service port, not 10,000. The
-    reused chains are the very same tuples as in the committed ruleset, which also makes the
-    planner's comparison of unchanged chains an identity check. The result equals `compile`'s."""
+    from it (the shared netkit.rules.memo.PortMemo, as the other backends), so a sync after one
+    EndpointSlice change renders one service port, not 10,000. The reused chains are the very same
+    tuples as in the committed ruleset, which also makes the planner's
+    comparison of unchanged chains an identity check. The result equals `compile`'s."""
 
     def __init__(self, config: Config, family: IPFamily) -> None:
         self.config, self.family = config, family
-        self._memo: dict[int, tuple[ServicePortState, _Chunk]] = {}
+        self._memo: PortMemo[_Chunk] = PortMemo()
         self._context: tuple[NodeInfo, bool] | None = None
         self._last: Ruleset | None = None
         self._chains: dict[str, tuple[str, ...]] = {}
@@ -82,32 +84,24 @@ class Compiler:
     def compile(self, state: NodeState) -> Ruleset:
         ports = state.family(self.family)
         large = sum(len(p.endpoints) for p in ports) > self.config.large_cluster_endpoints
-        touched: set[str] | None = set(_SHARED_CHAINS)
         if self._context != (state.node, large):
-            self._memo, self._context, touched = {}, (state.node, large), None
-            self._chains = {}
+            self._memo.reset()
+            self._context, self._chains = (state.node, large), {}
         chains = self._chains  # every service port's own chains, kept up to date in place
         b = _Builder(self.config, self.family, state.node, large)
-        memo: dict[int, tuple[ServicePortState, _Chunk]] = {}
-        old = self._memo
-        for port in ports:
-            hit = old.pop(id(port), None)
-            if hit is not None and hit[0] is port:
-                chunk = hit[1]
-            else:
-                chunk = b.service_port(port)
-                chains.update(chunk.chains)
-                if touched is not None:
-                    touched.update(chunk.chains)
-            memo[id(port)] = (port, chunk)
-            b.add_shared(chunk)
-        for _, gone in old.values():  # service ports that changed or went away
+        walk = self._memo.run(ports, b.service_port)  # netkit.rules.memo: unchanged ports keep their chunks
+        touched: set[str] | None = None if walk.fresh else set(_SHARED_CHAINS)
+        for chunk in walk.came:
+            chains.update(chunk.chains)
+        for gone in walk.gone:  # service ports that changed or went away
             for name, rules in gone.chains.items():
                 if chains.get(name) is rules:  # not already replaced by a new chunk's chain
                     del chains[name]
-                if touched is not None:
-                    touched.add(name)
-        self._memo = memo
+        if touched is not None:
+            for chunk in (*walk.came, *walk.gone):
+                touched.update(chunk.chains)
+        for chunk in walk.parts:
+            b.add_shared(chunk)
         b.service_chains = chains
         result = b.finish()
         if touched is not None and self._last is not None:
