@@ -4,6 +4,10 @@ Every lab writes its record when it is up (tests' labs too), so `netkit lab stat
 and `netkit lab down --stale` can remove labs whose owning process died without tearing down (killed
 with SIGKILL). A lab started by `netkit lab up` has no owner: it lives until `netkit lab down`.
 /run is a tmpfs, so records never outlive a reboot (and neither do namespaces).
+
+NETKIT_LAB_STATE_DIR names another directory for every lab and cluster command (and the processes
+they start): tests give each cluster they break on purpose a directory of its own, so
+`netkit lab cluster down --all` there never touches anyone else's.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from pathlib import Path
 
 from netkit.lab.plan import DEFAULT_PORTS, Layout, layout
 
-STATE_DIR = Path(os.environ.get("NETKIT_LAB_STATE", "/run/netkit-lab"))
+DEFAULT_STATE_DIR = Path("/run/netkit-lab")
+STATE_DIR_ENV = "NETKIT_LAB_STATE_DIR"
+STATE_DIR = Path(os.path.abspath(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR))
 
 
 @dataclass(frozen=True, slots=True)

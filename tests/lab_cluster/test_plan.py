@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from ipaddress import IPv4Address
 
 import pytest
 
 from netkit.lab.cluster import plan, wiring
+from netkit.lab.cluster.lifecycle import names_path
 from netkit.lab.cluster.plan import APP_DEPLOY, DNS_DEPLOY
 
 
@@ -79,3 +81,31 @@ def test_resolv_conf_has_the_kubernetes_search_path() -> None:
         "nameserver 10.96.0.10\nsearch default.svc.cluster.local svc.cluster.local cluster.local\n"
         "options ndots:5\n")
     assert pod.ip == IPv4Address("10.244.1.10")
+
+
+def test_namespace_names_say_which_state_directory_records_the_cluster() -> None:
+    default = plan.initial("abc123", 1, 1, "iptables")
+    assert default.net_netns == "nkcabc123-net" and plan.netns_pattern("nkc").match(default.net_netns)
+    other = plan.netns_prefix("/tmp/x/state", "/run/netkit-lab")
+    assert re.fullmatch(r"nkc[0-9a-f]{6}\.", other) and other != plan.netns_prefix("/tmp/y/state", "/run/netkit-lab")
+    tagged = plan.initial("abc123", 1, 1, "iptables", other)
+    assert all(ns.startswith(other + "abc123-") for ns in tagged.namespaces)
+    assert plan.from_json(plan.to_json(tagged)) == tagged
+    # neither prefix's pattern matches the other's names, nor a name without a cluster id
+    assert not any(plan.netns_pattern("nkc").match(ns) for ns in tagged.namespaces)
+    assert not any(plan.netns_pattern(other).match(ns) for ns in default.namespaces)
+    assert not plan.netns_pattern(other).match(other + "notours")
+    assert plan.netns_pattern(other, "abc123").match(tagged.net_netns)
+
+
+@pytest.mark.parametrize(("cmdline", "named"), [
+    (b"python\0-m\0netkit.lab.cluster.controlplane\0/run/netkit-lab/clusters/abc123\0", True),
+    (b"ip\0netns\0exec\0ns\0netkit\0run\0--config\0/run/netkit-lab/clusters/abc123/nodes/n/c.conf\0", True),
+    (b"netkit\0dns\0--kubeconfig=/run/netkit-lab/clusters/abc123/dns/k.conf\0", True),
+    (b"netkit\0run\0--config\0/run/netkit-lab/clusters/abc1234/c.conf\0", False),  # another cluster
+    (b"netkit\0run\0--config\0/tmp/t/run/netkit-lab/clusters/abc123/c.conf\0", False),  # another state dir
+    (b"grep\0abc123\0", False),
+])
+def test_a_process_belongs_to_a_cluster_when_an_argument_is_a_path_in_its_directory(cmdline: bytes,
+                                                                                    named: bool) -> None:
+    assert names_path(cmdline, "/run/netkit-lab/clusters/abc123") is named

@@ -9,14 +9,13 @@ those directories and tolerates anything already gone.
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
 from netkit.lab.build import create_namespaces, existing, ip_batch, list_lab_namespaces, remove, run_batches
-from netkit.lab.cluster import wiring
-from netkit.lab.cluster.plan import CLUSTER_DOMAIN, DNS_SERVICE_IP, NETNS_PREFIX, Cluster, Kind, Pod
+from netkit.lab.cluster import state, wiring
+from netkit.lab.cluster.plan import CLUSTER_DOMAIN, DNS_SERVICE_IP, Cluster, Kind, Pod, netns_pattern
 from netkit.lab.nsenter import write_sysctls
 
 ETC_NETNS = Path("/etc/netns")
@@ -84,10 +83,12 @@ def remove_namespaces(names: Iterable[str]) -> None:
             shutil.rmtree(ETC_NETNS / name, ignore_errors=True)
 
 
-def leftovers(cluster_id: str = "") -> list[str]:
-    """Namespaces (and /etc/netns directories) of a cluster, or of every cluster."""
-    ours = re.compile(f"^{NETNS_PREFIX}{re.escape(cluster_id) if cluster_id else '[0-9a-f]{6}'}-")
-    names = set(list_lab_namespaces(NETNS_PREFIX))
+def leftovers(cluster_id: str = "", prefix: str = state.NETNS_PREFIX) -> list[str]:
+    """Namespaces (and /etc/netns directories) of a cluster, or of every cluster, recorded in the
+    state directory whose namespaces' names start with `prefix`: found by name, so also when the
+    record is gone, and never another state directory's (their names carry another tag)."""
+    ours = netns_pattern(prefix, cluster_id)
+    names = set(list_lab_namespaces(prefix))
     if ETC_NETNS.is_dir():
         names |= {p.name for p in ETC_NETNS.iterdir()}
     return sorted(n for n in names if ours.match(n))

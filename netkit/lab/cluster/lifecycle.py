@@ -64,7 +64,7 @@ def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0, clus
     if cluster_id and (state.cluster_dir(cluster_id).exists() or build.leftovers(cluster_id)):
         raise LabError(f"cluster {cluster_id} exists already (netkit lab cluster down {cluster_id})")
     try:
-        cluster = plan.initial(cluster_id or new_id(), nodes, pods_per_node, mode)
+        cluster = plan.initial(cluster_id or new_id(), nodes, pods_per_node, mode, state.NETNS_PREFIX)
     except ValueError as exc:
         raise LabError(str(exc)) from exc
     cid = cluster.cluster_id
@@ -122,31 +122,45 @@ def down(cid: str) -> None:
 
 
 def down_all() -> list[str]:
-    """Every recorded cluster, and whatever a crash left: processes, namespaces, directories."""
-    ids = set(state.known_ids()) | {n[len(plan.NETNS_PREFIX):].split("-", 1)[0] for n in build.leftovers()}
+    """Every cluster of this state directory, and whatever a crash left of one: its directory (with
+    or without a readable record), namespaces named with this directory's prefix (also without a
+    record), and processes naming a path under its clusters/ directory."""
+    prefix = state.NETNS_PREFIX
+    ids = set(state.known_ids()) | {n[len(prefix):].split("-", 1)[0] for n in build.leftovers(prefix=prefix)}
     for cid in sorted(ids):
         down(cid)
-    stop_pids(processes(str(state.CLUSTERS_DIR) + "/"), str(state.CLUSTERS_DIR))
+    stop_pids(processes(str(state.CLUSTERS_DIR)), str(state.CLUSTERS_DIR))
     return sorted(ids)
 
 
 def processes(marker: str) -> list[int]:
-    """Processes whose command line names `marker` (a cluster's directory), except this one."""
+    """Processes (except this one) with an argument that is the path `marker` or a path under it
+    (also as `--flag=PATH`): every process of a cluster names its directory."""
     found = []
-    needle = marker.encode()
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             try:
-                if needle in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    found.append(int(entry))
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
+            if names_path(cmdline, marker):
+                found.append(int(entry))
     return found
+
+
+def names_path(cmdline: bytes, marker: str) -> bool:
+    """Whether a NUL-separated command line has `marker`, or a path under it, as an argument."""
+    m = marker.rstrip("/").encode()
+    for arg in cmdline.split(b"\0"):
+        value = arg.partition(b"=")[2] if arg.startswith(b"-") else arg
+        if value == m or value.startswith(m + b"/"):
+            return True
+    return False
 
 
 def alive(pid: int, marker: str) -> bool:
     try:
-        return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return names_path(Path(f"/proc/{pid}/cmdline").read_bytes(), marker)
     except OSError:
         return False
 

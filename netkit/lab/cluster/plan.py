@@ -11,10 +11,17 @@ Every node routes each other node's pod CIDR via that node's IP (host-gw, as a s
 has a default route via 192.0.2.1, which forwards nothing (a ClusterIP without rules goes nowhere,
 as on a real node). The bridge lives in the cluster's own `net` namespace, never in the machine's.
 IPv4 only. A pod's `slot` is the last octet of its IP; the node side of its veth is `veth<slot>`.
+
+Namespace names say whose they are: `nkc<id>-<role>` for clusters recorded in the machine's state
+directory (/run/netkit-lab), `nkc<tag>.<id>-<role>` for clusters recorded in another one
+(NETKIT_LAB_STATE_DIR), where `tag` is 6 hex digits of a hash of that directory's path. So
+`down --all` finds a cluster's namespaces even when its record is gone, and never those of a cluster
+recorded elsewhere.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,7 +29,7 @@ from ipaddress import IPv4Address, IPv4Network
 
 from netkit.lab.plan import DEFAULT_PORTS
 
-NETNS_PREFIX = "nkc"
+NETNS_PREFIX = "nkc"  # the machine's state directory; others add a tag (netns_prefix)
 NODE_NET = IPv4Network("192.0.2.0/24")
 OUTSIDE_IP = IPv4Address("192.0.2.1")
 POD_CIDR = IPv4Network("10.244.0.0/16")
@@ -105,10 +112,11 @@ class Cluster:
     pods: tuple[Pod, ...] = ()
     serials: tuple[tuple[str, int], ...] = ()  # (deploy, last serial used)
     cordoned: tuple[str, ...] = field(default=())
+    prefix: str = NETNS_PREFIX  # of its namespaces' names (netns_prefix of its state directory)
 
     @property
     def net_netns(self) -> str:
-        return netns_name(self.cluster_id, "net")
+        return netns_name(self.prefix, self.cluster_id, "net")
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -145,21 +153,34 @@ def valid_deploy_name(name: str) -> bool:
     return bool(re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", name)) and name != DNS_DEPLOY
 
 
-def netns_name(cluster_id: str, role: str) -> str:
-    return f"{NETNS_PREFIX}{cluster_id}-{role}"
+def netns_prefix(state_dir: str, default_dir: str) -> str:
+    """`nkc` for clusters recorded in `default_dir`, `nkc<tag>.` for those recorded in `state_dir`
+    (an absolute path): the tag is the first 6 hex digits of the path's SHA-256."""
+    if state_dir == default_dir:
+        return NETNS_PREFIX
+    return f"{NETNS_PREFIX}{hashlib.sha256(state_dir.encode()).hexdigest()[:6]}."
 
 
-def make_nodes(cluster_id: str, count: int) -> tuple[Node, ...]:
+def netns_pattern(prefix: str, cluster_id: str = "") -> re.Pattern[str]:
+    """The names of cluster `cluster_id`'s namespaces (of every cluster: ""), under `prefix`."""
+    return re.compile(f"^{re.escape(prefix)}{re.escape(cluster_id) if cluster_id else '[0-9a-f]{6}'}-")
+
+
+def netns_name(prefix: str, cluster_id: str, role: str) -> str:
+    return f"{prefix}{cluster_id}-{role}"
+
+
+def make_nodes(prefix: str, cluster_id: str, count: int) -> tuple[Node, ...]:
     if not 1 <= count <= MAX_NODES:
         raise ValueError(f"--nodes must be 1-{MAX_NODES}, not {count}")
-    return tuple(Node(f"node-{i}", i, netns_name(cluster_id, f"node-{i}")) for i in range(1, count + 1))
+    return tuple(Node(f"node-{i}", i, netns_name(prefix, cluster_id, f"node-{i}")) for i in range(1, count + 1))
 
 
-def initial(cluster_id: str, nodes: int, pods_per_node: int, mode: str) -> Cluster:
+def initial(cluster_id: str, nodes: int, pods_per_node: int, mode: str, prefix: str = NETNS_PREFIX) -> Cluster:
     """A new cluster: `pods_per_node` web pods on every node and two DNS pods (one with one node)."""
     if pods_per_node < 0:
         raise ValueError(f"--pods-per-node must be 0 or more, not {pods_per_node}")
-    cluster = Cluster(cluster_id, mode, make_nodes(cluster_id, nodes))
+    cluster = Cluster(cluster_id, mode, make_nodes(prefix, cluster_id, nodes), prefix=prefix)
     cluster = scale(cluster, DNS_DEPLOY, min(2, nodes))[0]
     return scale(cluster, APP_DEPLOY, pods_per_node * nodes)[0]
 
@@ -194,7 +215,7 @@ def new_pod(cluster: Cluster, deploy: str) -> tuple[Cluster, Pod]:
     kind = Kind.DNS if deploy == DNS_DEPLOY else Kind.ECHO
     namespace = DNS_NAMESPACE if kind == Kind.DNS else "default"
     pod = Pod(name, namespace, deploy, node.name, node.index, free_slot(cluster, node, kind),
-              netns_name(cluster.cluster_id, name), kind)
+              netns_name(cluster.prefix, cluster.cluster_id, name), kind)
     serials = tuple(sorted({**dict(cluster.serials), deploy: serial}.items()))
     return replace(cluster, pods=(*cluster.pods, pod), serials=serials), pod
 
@@ -245,23 +266,25 @@ def to_json(cluster: Cluster) -> dict[str, object]:
         "cluster_id": cluster.cluster_id, "mode": cluster.mode, "nodes": len(cluster.nodes),
         "pods": [{"name": p.name, "namespace": p.namespace, "deploy": p.deploy, "node": p.node,
                   "slot": p.slot, "kind": p.kind} for p in cluster.pods],
-        "serials": dict(cluster.serials), "cordoned": list(cluster.cordoned),
+        "serials": dict(cluster.serials), "cordoned": list(cluster.cordoned), "netns_prefix": cluster.prefix,
     }
 
 
 def from_json(data: dict[str, object]) -> Cluster:
     cid, mode = str(data["cluster_id"]), str(data["mode"])
-    nodes = make_nodes(cid, int(str(data["nodes"])))
+    prefix = str(data.get("netns_prefix", NETNS_PREFIX))
+    nodes = make_nodes(prefix, cid, int(str(data["nodes"])))
     index = {n.name: n.index for n in nodes}
     pods = tuple(Pod(str(p["name"]), str(p["namespace"]), str(p["deploy"]), str(p["node"]),
-                     index[str(p["node"])], int(str(p["slot"])), netns_name(cid, str(p["name"])), str(p["kind"]))
+                     index[str(p["node"])], int(str(p["slot"])), netns_name(prefix, cid, str(p["name"])),
+                     str(p["kind"]))
                  for p in _dicts(data.get("pods")))
     serials = data.get("serials") or {}
     assert isinstance(serials, dict)
     cordoned = data.get("cordoned") or []
     assert isinstance(cordoned, list)
     return Cluster(cid, mode, nodes, pods, tuple(sorted((str(k), int(v)) for k, v in serials.items())),
-                   tuple(str(c) for c in cordoned))
+                   tuple(str(c) for c in cordoned), prefix)
 
 
 def _dicts(value: object) -> Sequence[dict[str, object]]:

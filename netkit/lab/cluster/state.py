@@ -1,4 +1,5 @@
-"""Where a cluster lives on disk: /run/netkit-lab/clusters/<id>/ (a tmpfs: gone after a reboot).
+"""Where a cluster lives on disk: /run/netkit-lab/clusters/<id>/ (a tmpfs: gone after a reboot), or
+$NETKIT_LAB_STATE_DIR/clusters/<id>/.
 
 ```
 state.json       the plan (nodes, pods, cordoned nodes) and the control plane's pid and API port
@@ -11,7 +12,8 @@ lock             held while a command changes the cluster
 
 Every process of a cluster has the cluster's directory on its command line, which is how `down`
 finds processes left behind by a crash. Records live in a subdirectory so `netkit lab status` (which
-reads /run/netkit-lab/*.json) never mistakes a cluster for a lab.
+reads /run/netkit-lab/*.json) never mistakes a cluster for a lab. `NETNS_PREFIX` starts the names
+of the namespaces of clusters recorded here (plan.netns_prefix).
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from netkit.lab.cluster.plan import Cluster, from_json, to_json
-from netkit.lab.state import STATE_DIR
+from netkit.lab.cluster.plan import Cluster, from_json, netns_prefix, to_json
+from netkit.lab.state import DEFAULT_STATE_DIR, STATE_DIR
 
 CLUSTERS_DIR = STATE_DIR / "clusters"
+NETNS_PREFIX = netns_prefix(str(STATE_DIR), str(DEFAULT_STATE_DIR))
 
 
 @dataclass(frozen=True, slots=True)
