@@ -32,6 +32,7 @@ from netkit.model import IPFamily
 from netkit.netns import run
 from netkit.rules.iptables.kernel import IptablesKernel, jump_target
 from netkit.rules.iptables.names import is_owned as iptables_owned
+from netkit.rules.iptables.rule import read
 from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse_lines
 
 MODES = ("iptables", "ipvs", "nftables")
@@ -237,8 +238,8 @@ def _iptables_part(tool: str, family: IPFamily, live: Ruleset, owned: Callable[[
 
 
 def match_sets(rule: str) -> list[str]:
-    tokens = rule.split()
-    return [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--match-set"]
+    """The ipsets a rule names (`-m set --match-set NAME …`; rule.py reads it)."""
+    return list(read(rule).match_sets)
 
 
 def _nft_tables(family: IPFamily, netns: str | None, names: Sequence[str]) -> tuple[str, ...]:

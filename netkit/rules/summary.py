@@ -24,6 +24,7 @@ from enum import Enum
 
 from netkit.model import IPFamily, NodeState
 from netkit.rules.iptables import names as ipt_names
+from netkit.rules.iptables import rule as ipt_rule
 from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
 from netkit.rules.ipvs import ruleset as ipvs_rs
 from netkit.rules.nftables import names as nft_names
@@ -240,9 +241,6 @@ def facts(ruleset: object, endpoints: Mapping[str, tuple[str, ...]],
     return {k: Facts(endpoints.get(k, ()), frozenset(objects.get(k, ()))) for k in set(endpoints) | set(objects)}
 
 
-_COMMENT = re.compile(r'-p (\w+) -m comment --comment "(\S+) [^"]*"')
-
-
 def iptables_objects(ruleset: IptablesRuleset) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for table in ("nat", "filter"):
@@ -250,19 +248,23 @@ def iptables_objects(ruleset: IptablesRuleset) -> dict[str, set[str]]:
         for chain, rules in chains.items():
             if chain.startswith(ipt_names.SERVICE_CHAIN_PREFIXES):
                 continue
-            for rule in rules:
-                m = _COMMENT.search(rule)
-                if not m or "/" not in m.group(2):
+            for text in rules:
+                name = _service_port(ipt_rule.read(text))
+                if name is None:
                     continue
-                own = out.setdefault(f"{m.group(2)}/{m.group(1)}", set())
-                own.add(f"{table} {chain} {rule}")
-                _reach(chains, _target(rule), table, own)
+                own = out.setdefault(name, set())
+                own.add(f"{table} {chain} {text}")
+                _reach(chains, ipt_rule.target_of(text), table, own)
     return out
 
 
-def _target(rule: str) -> str | None:
-    tokens = rule.split()
-    return tokens[tokens.index("-j") + 1] if "-j" in tokens else None
+def _service_port(rule: ipt_rule.Rule) -> str | None:
+    """"ns/svc:port/proto" of a rule in a shared chain that names its service port first in a comment
+    with more words ("… cluster IP", "… has no endpoints"), right after `-p`."""
+    name, space, _ = (rule.comment or "").partition(" ")
+    if not space or "/" not in name or rule.protocol is None or rule.first_module != "comment":
+        return None
+    return f"{name}/{rule.protocol}"
 
 
 def _reach(chains: Mapping[str, tuple[str, ...]], start: str | None, table: str, own: set[str]) -> None:
@@ -276,7 +278,7 @@ def _reach(chains: Mapping[str, tuple[str, ...]], start: str | None, table: str,
         for rule in chains.get(chain, ()):
             # chain names carry a hash of the service port: compare what the rules do
             own.add(f"{table} {chain.split('-', 2)[1]} {_unhash(rule)}")
-            target = _target(rule)
+            target = ipt_rule.target_of(rule)
             if target and target.startswith(ipt_names.SERVICE_CHAIN_PREFIXES):
                 todo.append(target)
 

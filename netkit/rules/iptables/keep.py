@@ -15,20 +15,18 @@ Pure; a Service that has no live rules simply has none afterwards.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping
 
 from netkit.rules.iptables import names as n
+from netkit.rules.iptables.rule import read
 from netkit.rules.iptables.ruleset import Ruleset
 
 SHARED_CHAINS = (n.SERVICES, n.NODEPORTS, n.EXTERNAL_SERVICES, n.PROXY_FIREWALL)
-_OWNER = re.compile(r'--comment "?([a-z0-9-]+)/([a-z0-9-]+)[:\s"]')
 
 
 def owner(rule: str) -> tuple[str, str] | None:
     """(namespace, service) a shared-chain rule belongs to, from its comment; None for fixed rules."""
-    m = _OWNER.search(rule)
-    return (m.group(1), m.group(2)) if m else None
+    return read(rule).owner
 
 
 def keep(live: Ruleset, desired: Ruleset, services: Collection[str]) -> Ruleset:
@@ -80,11 +78,8 @@ def _reachable(chains: Mapping[str, tuple[str, ...]], rules: list[str]) -> set[s
 
 
 def _target(rule: str) -> str | None:
-    words = rule.split()
-    for verb, target in zip(words, words[1:], strict=False):
-        if verb in ("-j", "-g") and target.startswith(n.SERVICE_CHAIN_PREFIXES):
-            return target
-    return None
+    target = read(rule).target
+    return target if target and target.startswith(n.SERVICE_CHAIN_PREFIXES) else None
 
 
 def _merge(rules: list[str], kept: list[str]) -> tuple[str, ...]:

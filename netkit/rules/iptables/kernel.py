@@ -20,7 +20,6 @@ One `IptablesKernel` per (family, backend, network namespace). Constructing it d
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from netkit.netns import run, wrap
 from netkit.rules.iptables.commits import commits
 from netkit.rules.iptables.names import is_owned
 from netkit.rules.iptables.plan import Plan, batches, render_plan, render_plan_lines
+from netkit.rules.iptables.rule import read
 from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse_lines
 
 TABLES = ("mangle", "filter", "nat")
@@ -161,7 +161,7 @@ class IptablesKernel:
                               payload=render_plan(plan), stderr=err)
 
     def _ensure_jump(self, table: str, chain: str, rule: str, position: int) -> None:
-        args = shlex.split(rule)
+        args = read(rule).words
         check = run([self.tool(""), "-w", str(self.wait_seconds), "-t", table, "-C", chain, *args],
                     self.netns, check=False)
         if check.returncode == 0:
@@ -180,7 +180,7 @@ class IptablesKernel:
                 for rule in rules:
                     if jump_target(rule) and owned(jump_target(rule) or ""):
                         run([self.tool(""), "-w", str(self.wait_seconds), "-t", table, "-D", chain,
-                             *shlex.split(rule)], self.netns)
+                             *read(rule).words], self.netns)
         payload, count = cleanup_payload(live, owned)
         if payload:
             run([self.tool("restore"), "--noflush", "--wait", str(self.wait_seconds)], self.netns,
@@ -204,12 +204,8 @@ def cleanup_payload(live: Ruleset, owned: Callable[[str], bool] = is_owned) -> t
 
 
 def jump_target(rule: str) -> str | None:
-    tokens = rule.split()
-    for flag in ("-j", "-g"):
-        if flag in tokens:
-            i = tokens.index(flag)
-            return tokens[i + 1] if i + 1 < len(tokens) else None
-    return None
+    """The chain or verdict a rule jumps (-j) or goes (-g) to (rule.py reads it)."""
+    return read(rule).target or None
 
 
 def detect_backend(family: IPFamily, netns: str | None) -> str:

@@ -16,15 +16,14 @@ planner's business (`plan.render_plan`).
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from ipaddress import ip_network
 
-from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.rules.backend import Since
+from netkit.rules.iptables.rule import ParseError, words
 
 BUILTIN_CHAINS = {
     "filter": ("INPUT", "FORWARD", "OUTPUT"),
@@ -36,10 +35,6 @@ BUILTIN_CHAINS = {
 TABLE_ORDER = ("mangle", "filter", "nat")
 
 Chains = Mapping[str, tuple[str, ...]]
-
-
-class ParseError(NetkitError):
-    pass
 
 
 @dataclass(frozen=True, slots=True, weakref_slot=True)
@@ -170,10 +165,7 @@ def normalize(rule: str, family: IPFamily) -> str:
 
 @lru_cache(maxsize=200_000)
 def _normalize_cached(rule: str, family: IPFamily) -> str:
-    try:
-        tokens = shlex.split(rule)
-    except ValueError as exc:
-        raise ParseError(f"cannot read rule {rule!r}: {exc}") from exc
+    tokens = words(rule)
     generic: dict[str, list[str]] = {}
     sections: list[list[str]] = []  # each: ["-m", name, opts…] or ["-j"/"-g", target, opts…]
     negate = False

@@ -9,15 +9,13 @@ not these.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from netkit.rules.iptables import names as n
+from netkit.rules.iptables.rule import read
 from netkit.rules.iptables.ruleset import Ruleset
 
-_SERVICE_RULE = re.compile(r'-p (\w+) -m comment --comment "(\S+) (cluster IP|has no endpoints|has no local endpoints)"'
-                           r".* -j (\S+)")
-_DNAT = re.compile(r"--to-destination (\S+)")
+_KINDS = ("cluster IP", "has no endpoints", "has no local endpoints")
 
 
 def summarize(ruleset: Ruleset) -> Mapping[str, tuple[str, ...]]:
@@ -25,12 +23,14 @@ def summarize(ruleset: Ruleset) -> Mapping[str, tuple[str, ...]]:
     nat = ruleset.chains("nat")
     out: dict[str, tuple[str, ...]] = {}
     for table, chain in (("nat", n.SERVICES), ("filter", n.SERVICES)):
-        for rule in ruleset.rules(table, chain):
-            m = _SERVICE_RULE.search(rule)
-            if not m:
+        for text in ruleset.rules(table, chain):
+            rule = read(text)
+            name, _, kind = (rule.comment or "").partition(" ")
+            proto = rule.protocol
+            if kind not in _KINDS or proto is None or rule.first_module != "comment" or not rule.target \
+                    or rule.goto:
                 continue
-            proto, name, _, target = m.groups()
-            out[f"{name}/{proto}"] = tuple(sorted(endpoints_of(nat, target)))
+            out[f"{name}/{proto}"] = tuple(sorted(endpoints_of(nat, rule.target)))
     return out
 
 
@@ -44,13 +44,11 @@ def endpoints_of(nat: Mapping[str, tuple[str, ...]], chain: str) -> set[str]:
         if c in seen:
             continue
         seen.add(c)
-        for rule in nat.get(c, ()):
-            m = _DNAT.search(rule)
-            if m:
-                found.add(m.group(1))
-            tokens = rule.split()
-            if "-j" in tokens:
-                target = tokens[tokens.index("-j") + 1]
-                if target.startswith(n.SERVICE_CHAIN_PREFIXES):
-                    todo.append(target)
+        for text in nat.get(c, ()):
+            rule = read(text)
+            if rule.dnat:
+                found.add(rule.dnat)
+            target = rule.target
+            if target and not rule.goto and target.startswith(n.SERVICE_CHAIN_PREFIXES):
+                todo.append(target)
     return found

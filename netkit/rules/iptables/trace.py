@@ -22,13 +22,12 @@ anything else is reported as not understood and treated as not matching.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from ipaddress import ip_address, ip_network
 
 from netkit.model.types import IPAddress
+from netkit.rules.iptables.rule import Rule, read
 from netkit.rules.iptables.ruleset import Ruleset, is_builtin
 from netkit.rules.tracing import Outcome, Packet, Step, endpoints
 
@@ -111,7 +110,7 @@ def _chain(rs: Ruleset, table: str, chain: str, start: _Branch, depth: int) -> l
     for index, rule in enumerate(rs.rules(table, chain), 1):
         if not live:
             break
-        parsed = _parse(rule)
+        parsed = read(rule)
         nxt: list[_Branch] = []
         for b in live:
             p = _match(parsed, b, rule)
@@ -132,7 +131,7 @@ def _chain(rs: Ruleset, table: str, chain: str, start: _Branch, depth: int) -> l
     return finished
 
 
-def _target(rs: Ruleset, table: str, r: _Parsed, b: _Branch, depth: int, step: Step) -> list[_Branch]:
+def _target(rs: Ruleset, table: str, r: Rule, b: _Branch, depth: int, step: Step) -> list[_Branch]:
     t = r.target
     if t in ("", None):
         b.verdict = "continue"
@@ -147,10 +146,10 @@ def _target(rs: Ruleset, table: str, r: _Parsed, b: _Branch, depth: int, step: S
         b.verdict, b.reason = t.lower(), step
         return [b]
     if t == "DNAT":
-        b.dnat, b.verdict, b.reason = r.opts.get("--to-destination"), "accept", step
+        b.dnat, b.verdict, b.reason = r.target_option("--to-destination"), "accept", step
         return [b]
     if t == "MARK":
-        value, _, mask = (r.opts.get("--set-xmark") or "0/0").partition("/")
+        value, _, mask = (r.target_option("--set-xmark") or "0/0").partition("/")
         v, m = int(value, 0), int(mask or "0xffffffff", 0)
         b.pkt = replace(b.pkt, mark=(b.pkt.mark & ~m) ^ v)
         b.verdict = "continue"
@@ -173,55 +172,10 @@ def _target(rs: Ruleset, table: str, r: _Parsed, b: _Branch, depth: int, step: S
 # --- matching ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Parsed:
-    matches: tuple[tuple[bool, str, str], ...]  # (negated, option, value)
-    modules: tuple[tuple[str, tuple[tuple[bool, str, str], ...]], ...]
-    target: str | None
-    goto: bool
-    opts: dict[str, str]
-
-
-@lru_cache(maxsize=100_000)
-def _parse(rule: str) -> _Parsed:
-    tokens = shlex.split(rule)
-    generic: list[tuple[bool, str, str]] = []
-    modules: list[tuple[str, list[tuple[bool, str, str]]]] = []
-    target, goto, opts = None, False, {}
-    i, neg, in_target = 0, False, False
-    while i < len(tokens):
-        tok = tokens[i]
-        if tok == "!":
-            neg = True
-            i += 1
-            continue
-        if tok in ("-s", "-d", "-p", "-i", "-o"):
-            generic.append((neg, tok, tokens[i + 1]))
-            i += 2
-        elif tok == "-m":
-            modules.append((tokens[i + 1], []))
-            i += 2
-        elif tok in ("-j", "-g"):
-            target, goto, in_target = tokens[i + 1], tok == "-g", True
-            i += 2
-        elif in_target:
-            value = tokens[i + 1] if i + 1 < len(tokens) and not tokens[i + 1].startswith("--") else ""
-            opts[tok] = value
-            i += 2 if value else 1
-        else:
-            value = tokens[i + 1] if i + 1 < len(tokens) and not tokens[i + 1].startswith(("--", "!")) \
-                and tokens[i + 1] != "-j" else ""
-            if modules:
-                modules[-1][1].append((neg, tok, value))
-            i += 2 if value else 1
-        neg = False
-    return _Parsed(tuple(generic), tuple((m, tuple(o)) for m, o in modules), target, goto, opts)
-
-
-def _match(r: _Parsed, b: _Branch, rule: str) -> float:
+def _match(r: Rule, b: _Branch, rule: str) -> float:
     """Probability that the rule matches this branch's packet: 0, 1, or a statistic's p."""
     pkt = b.pkt
-    for neg, opt, value in r.matches:
+    for neg, opt, value in r.generic:
         if _generic(opt, value, pkt) == neg:
             return 0.0
     p = 1.0
