@@ -157,3 +157,58 @@ def test_refused_transaction_on_missing_table_is_an_error(netns: str) -> None:
     with pytest.raises(KernelError):
         k.apply(Transaction("ip", add_elements=(("cluster-ips", Element("10.96.9.9")),)))
     assert k.dump() is None
+
+
+# Each an edit someone else makes inside netkit's table (or beside it): a full sync must see it.
+EDITS = [
+    ("a foreign statement", ["add", "rule", "ip", "netkit", "services", "counter"]),
+    ("a deleted element", ["delete", "element", "ip", "netkit", "cluster-ips", "{ 10.96.0.10 }"]),
+    ("a changed rule", ["flush", "chain", "ip", "netkit", "services"]),
+    ("another table", ["add", "table", "ip", "someone-else"]),
+]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(("what", "edit"), EDITS, ids=[e[0] for e in EDITS])
+def test_full_sync_reads_the_kernel_again_after_any_edit(netns: str, transport: str, what: str,
+                                                         edit: list[str]) -> None:
+    """`dump_reusing` hands back the committed Ruleset itself only while the namespace's nftables
+    generation is the one netkit's own apply (or its own last read) left; any edit moves it."""
+    state = build(load([str(EXAMPLES)]).objects, "node-a")
+    a = compile(state, CONFIG, IPFamily.IPV4)
+    b = compile(replace(state, ports=state.ports[1:]), CONFIG, IPFamily.IPV4)
+    k = kernel(netns, "ip", transport)
+    k.apply(plan(None, a))
+    assert k.dump_reusing(a) is a  # nothing changed since the apply: nothing to read
+    k.apply(plan(a, b))
+    assert k.dump_reusing(b) is b
+    nft(netns, *edit)
+    live = k.dump_reusing(b)
+    assert live is not b, what
+    if what == "another table":
+        assert live == b
+    else:
+        assert live != b and not plan(live, b).empty
+        k.apply(plan(live, b))
+        assert k.dump() == b
+    assert k.dump_reusing(b) is b  # the dump just read is what the kernel holds
+
+
+def test_a_commit_by_someone_else_during_an_apply_is_noticed(netns: str) -> None:
+    """Another writer between netkit's transaction and its read of the generation: the generation has
+    moved by more than netkit's own commits, so the next full sync reads the table."""
+    state = build(load([str(EXAMPLES)]).objects, "node-a")
+    a = compile(state, CONFIG, IPFamily.IPV4)
+    k = NftKernel("ip", netns, transport="cli")
+    send = k.send
+
+    def send_and_edit(script: str, *, big: bool = False) -> int:
+        sent = send(script, big=big)
+        nft(netns, "add", "rule", "ip", "netkit", "services", "counter")
+        return sent
+
+    k.send = send_and_edit  # type: ignore[method-assign]
+    k.apply(plan(None, a))
+    k.send = send  # type: ignore[method-assign]
+    live = k.dump_reusing(a)
+    assert live is not a and live != a

@@ -28,6 +28,7 @@ from typing import Any
 
 from netkit import netns as netns_mod
 from netkit.errors import KernelError
+from netkit.rules.nftables.generation import Generation, netfilter_socket
 from netkit.rules.nftables.parse import parse
 from netkit.rules.nftables.plan import Transaction, render_transaction
 from netkit.rules.nftables.ruleset import Ruleset
@@ -48,45 +49,62 @@ class NftKernel:
         self.table = table
         self.transport = transport
         self._lib: Any = None
+        self._generation = Generation(lambda: netfilter_socket(netns))
+        self._known: int | None = None  # the generation at which this kernel last wrote or read the table
 
     # ── the Kernel protocol ──
 
     def dump(self) -> Ruleset | None:
         """netkit's table as it is in the kernel, or None when there is none."""
+        before = self._generation.read()
         code, out, err = self._run(f"list table {self.family} {self.table}", json=True, big=True)
         if code != 0:
             if "No such file or directory" in err:
                 return None
             raise KernelError(f"nft list table {self.family} {self.table} failed", stderr=err)
+        self._known = before if before is not None and self._generation.read() == before else None
         return parse(out, self.family, self.table)
 
     iptables_flavour = None  # nftables mode writes no iptables rules
 
     def dump_reusing(self, committed: Ruleset | None) -> Ruleset | None:
+        """`committed` itself when nothing has been committed in the namespace since this kernel last
+        wrote or read the table (see generation.py): the table is then what the caller committed
+        through it. Else a real dump."""
+        if committed is not None and self._known is not None and self._generation.read() == self._known:
+            return committed
         return self.dump()
 
     def apply(self, tx: Transaction) -> None:
         """Send the transaction; then its deferred deletions as a second transaction."""
-        self.send(render_transaction(tx), big=tx.create is not None)
+        self._known = None
+        before = self._generation.read()
+        sent = self.send(render_transaction(tx), big=tx.create is not None)
         follow = tx.followup()
         if follow:
-            self.send(render_transaction(follow))
+            sent += self.send(render_transaction(follow))
+        after = self._generation.read()
+        if before is not None and after == before + sent:
+            self._known = after  # nobody else committed in between: the table is what was planned
 
     def cleanup(self) -> None:
         """Delete netkit's table and nothing else (`add` first so a missing table is no error)."""
+        self._known = None
         t = f"{self.family} {self.table}"
         self.send(f"add table {t}\ndelete table {t}\n")
 
     # ── transports ──
 
-    def send(self, script: str, *, big: bool = False) -> None:
+    def send(self, script: str, *, big: bool = False) -> int:
+        """Send one script as one transaction; returns how many were sent (0 for an empty script)."""
         if not script.strip():
-            return
+            return 0
         code, _, err = self._run(script, big=big)
         if code != 0:
             where = f" in network namespace {self.netns}" if self.netns else ""
             raise KernelError(f"nft refused the transaction{where}; nothing was changed",
                               payload=script, stderr=err)
+        return 1
 
     def _run(self, script: str, *, json: bool = False, big: bool = False) -> tuple[int, str, str]:
         """`big` (a whole table created or listed) goes through `nft` in a child process with "auto":
