@@ -20,10 +20,13 @@ One `IptablesKernel` per (family, backend, network namespace). Constructing it d
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import IO
 
 from netkit.errors import KernelError
 from netkit.model import IPFamily
@@ -32,11 +35,12 @@ from netkit.rules.iptables.commits import commits
 from netkit.rules.iptables.names import is_owned
 from netkit.rules.iptables.plan import Plan, batches, render_plan, render_plan_lines
 from netkit.rules.iptables.rule import read
-from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse_lines
+from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse_chunks
 
 TABLES = ("mangle", "filter", "nat")
 NFT_BATCH_CHAINS = 2000  # ~0.4 s a batch on this kind of machine; see plan.batches
 BACKENDS = ("auto", "legacy", "nft")
+PIPE_BYTES = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size
 _HINT_CHAINS = ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY", "KUBE-PROXY-CANARY")
 
 
@@ -74,21 +78,24 @@ class IptablesKernel:
 
     def dump(self, tables: tuple[str, ...] = TABLES) -> Ruleset:
         """What the kernel holds, read table by table; the output is parsed as it streams in."""
-        return parse_lines(self._save_lines(tables), self.family)
+        return parse_chunks(self._save_chunks(tables), self.family)
 
     def dump_reusing(self, committed: Ruleset) -> Ruleset:
         """`dump`, with every chain equal to `committed`'s sharing its tuple (a full sync re-reading
         an unchanged kernel then holds one copy of 300k rules, not two)."""
-        return parse_lines(self._save_lines(TABLES), self.family, reuse=committed)
+        return parse_chunks(self._save_chunks(TABLES), self.family, reuse=committed)
 
-    def _save_lines(self, tables: tuple[str, ...]) -> Iterator[str]:
+    def _save_chunks(self, tables: tuple[str, ...]) -> Iterator[bytes]:
+        """iptables-save's output in the pieces the pipe gives (read while the tool still writes)."""
         for table in tables:
             argv = wrap([self.tool("save"), "-t", table], self.netns)
             with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, bufsize=1 << 20, process_group=0) as proc:
+                                  process_group=0) as proc:
                 assert proc.stdout is not None and proc.stderr is not None
-                yield from proc.stdout
-                err = proc.stderr.read()
+                _widen(proc.stdout)
+                while chunk := os.read(proc.stdout.fileno(), PIPE_BYTES):
+                    yield chunk
+                err = proc.stderr.read().decode(errors="replace")
             if proc.returncode != 0 and "does not exist" not in err:
                 raise KernelError(f"{self.tool('save')} -t {table} failed", stderr=err)
 
@@ -206,6 +213,15 @@ def cleanup_payload(live: Ruleset, owned: Callable[[str], bool] = is_owned) -> t
 def jump_target(rule: str) -> str | None:
     """The chain or verdict a rule jumps (-j) or goes (-g) to (rule.py reads it)."""
     return read(rule).target or None
+
+
+def _widen(pipe: IO[bytes]) -> None:
+    """Let the tool write up to PIPE_BYTES ahead of the reader (the default pipe holds 64 KiB: the
+    tool would stop each time the parser works on a piece); best effort."""
+    try:
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:
+        pass
 
 
 def detect_backend(family: IPFamily, netns: str | None) -> str:
