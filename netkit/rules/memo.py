@@ -8,6 +8,9 @@ in the same context is still right. `PortMemo.run` walks the ports of one compil
 parts, compiles the others, and reports which parts came and went: exactly what can differ from the
 previous result, which the backend passes to its planner on the result (netkit.rules.backend.Since).
 
+When the NodeState says how it differs from the state of the previous walk (`NodeState.changes`, from
+the daemon's StateBuilder), `PortMemo.update` follows those few ports instead of walking them all.
+
 The memo holds the ServicePortState it keyed on, so the identity cannot be reused by another object.
 A context change (node addresses, large-cluster mode) is the backend's business: it calls `reset()`.
 """
@@ -45,6 +48,11 @@ class PortMemo(Generic[C]):
     def reset(self) -> None:
         self._entries, self._fresh = {}, True
 
+    @property
+    def fresh(self) -> bool:
+        """Nothing remembered yet (no walk since the start or the last reset)."""
+        return self._fresh
+
     def previous(self, port: ServicePortState) -> C | None:
         """The part the previous walk made from this very object, if any."""
         hit = self._entries.get(id(port))
@@ -77,3 +85,22 @@ class PortMemo(Generic[C]):
         gone.extend(part for _, part in old.values())
         fresh, self._entries, self._fresh = self._fresh, new, False
         return Pass(parts, came, gone, fresh)
+
+    def update(self, gone: Iterable[ServicePortState], came: Iterable[ServicePortState],
+               compile_port: Callable[[ServicePortState], C]) -> tuple[list[C], list[C]]:
+        """The previous walk's ports without `gone` and with `came`, every other port being the very
+        object it was (NodeState.changes says so): (parts compiled for `came`, parts of `gone`).
+        Costs what the change costs; the caller keeps its own index of the parts in use."""
+        entries = self._entries
+        gone_parts: list[C] = []
+        for port in gone:
+            hit = entries.pop(id(port), None)
+            if hit is not None and hit[0] is port:
+                gone_parts.append(hit[1])
+        came_parts: list[C] = []
+        for port in came:
+            part = compile_port(port)
+            entries[id(port)] = (port, part)
+            came_parts.append(part)
+        self._fresh = False
+        return came_parts, gone_parts

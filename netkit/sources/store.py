@@ -74,8 +74,10 @@ class Store:
         self._expected: set[str] = set()
         self._synced: set[str] = set()
         # keyed by plain (namespace, name) tuples: hashed and compared in C, unlike ObjectRef
-        self._in_force: dict[str, dict[tuple[str, str], KubeObject]] = {k: {} for k in _KINDS}
+        # Per kind, the (namespace, name) keys in order and the objects in force in the same order:
+        # a snapshot's tuple is then one C copy, patched in place by a change (not rebuilt by key).
         self._order: dict[str, list[tuple[str, str]]] = {k: [] for k in _KINDS}
+        self._in_force: dict[str, list[KubeObject]] = {k: [] for k in _KINDS}
         self._tuples: dict[str, tuple[KubeObject, ...]] = {}
         self._snapshot: Objects | None = None
         self._changed = asyncio.Event()
@@ -183,7 +185,7 @@ class Store:
 
     def _kind(self, kind: str) -> tuple[KubeObject, ...]:
         if kind not in self._tuples:
-            self._tuples[kind] = tuple(map(self._in_force[kind].__getitem__, self._order[kind]))
+            self._tuples[kind] = tuple(self._in_force[kind])
         return self._tuples[kind]
 
     def _record(self, key: ObjectKey, before: KubeObject | None, after: KubeObject | None) -> None:
@@ -203,12 +205,13 @@ class Store:
     def _index(self, key: ObjectKey, before: KubeObject | None, after: KubeObject | None) -> None:
         objs, order = self._in_force[key.kind], self._order[key.kind]
         ref = (key.ref.namespace, key.ref.name)
+        i = bisect.bisect_left(order, ref)
         if after is None:
-            del objs[ref]
-            del order[bisect.bisect_left(order, ref)]
+            del order[i], objs[i]
+        elif before is None:
+            order.insert(i, ref)
+            objs.insert(i, after)
         else:
-            if before is None:
-                bisect.insort(order, ref)
-            objs[ref] = after
+            objs[i] = after
         self._tuples.pop(key.kind, None)
         self._snapshot = None

@@ -13,12 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netkit.config import Config, parse_cidrs
-from netkit.model import IPFamily, build
+from netkit.model import IPFamily, NodeState, build
 from netkit.model.state import StateBuilder
 from netkit.model.types import Objects
 from netkit.rules.iptables.compile import Compiler, compile
 from netkit.rules.iptables.plan import Plan, plan
+from netkit.rules.nftables.ruleset import Element, Elements
 from netkit.rules.registry import backend
+from netkit.sources.store import Store
 from tests.factories import endpoint, node, objects, service, slice_
 
 CFG = Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16"], "t"), large_cluster_endpoints=12)
@@ -42,6 +44,7 @@ def test_remembering_gives_the_same_results(steps: list[list[tuple[int, int]]]) 
     builder, compiler = StateBuilder(), Compiler(CFG, IPFamily.IPV4)
     cache: dict[tuple[int, int, int], Objects] = {}
     previous = None
+    previous_state: NodeState | None = None
     for services in steps:
         docs: list[dict[str, Any]] = [node()]
         pieces = []
@@ -55,6 +58,8 @@ def test_remembering_gives_the_same_results(steps: list[list[tuple[int, int]]]) 
                          merged.nodes)
         state = builder.build(merged, "node-a")
         assert state == build(merged, "node-a")
+        assert_changes_are_the_identity_diff(previous_state, state)
+        previous_state = state
         desired = compiler.compile(state)
         assert desired == compile(state, CFG, IPFamily.IPV4)
         if previous is not None:  # the compiler's hint gives the same plan as comparing everything
@@ -64,6 +69,16 @@ def test_remembering_gives_the_same_results(steps: list[list[tuple[int, int]]]) 
                 assert hint != frozenset()
             assert hint is None or same_plan(plan(previous, desired, only=hint), plan(previous, desired))
         previous = desired
+
+
+def assert_changes_are_the_identity_diff(before: NodeState | None, after: NodeState) -> None:
+    """NodeState.changes, when the builder gives it, is exactly what differs by identity."""
+    if after.changes is None:
+        return
+    assert before is not None and after.changes.applies_to(before)
+    was, now = {id(p) for p in before.ports}, {id(p) for p in after.ports}
+    assert [id(p) for p in after.changes.gone] == [id(p) for p in before.ports if id(p) not in now]
+    assert [id(p) for p in after.changes.came] == [id(p) for p in after.ports if id(p) not in was]
 
 
 REMEMBERING = ("iptables", "nftables", "ipvs")
@@ -135,7 +150,9 @@ def test_nftables_one_endpoint_change_recompiles_one_port_and_names_it() -> None
     changed = objects(*docs_for(1, 2, 1))  # s1 loses an endpoint; s0 and s2 stay as they were
     b = Objects(a.services[:1] + changed.services + a.services[2:], a.slices[:1] + changed.slices + a.slices[2:],
                 a.nodes)
-    second = compiler.compile(builder.build(b, "node-a"))
+    state = builder.build(b, "node-a")
+    assert state.changes is not None and [p.name.ref.name for p in state.changes.came] == ["s1"]
+    second = compiler.compile(state)
     assert second.since is not None and second.since.applies_to(first)
     assert second.since.changed == {"default/s1/tcp/http"}
     assert first.parts is not None and second.parts is not None
@@ -144,3 +161,60 @@ def test_nftables_one_endpoint_change_recompiles_one_port_and_names_it() -> None
     unchanged = [s for s in second.sets if s.name.startswith("no-endpoint")]
     assert unchanged and all(s is first.set_map()[s.name] for s in unchanged), "untouched shared sets are reused"
     assert be.plan(first, second) == be.plan(unlinked(first), unlinked(second))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 4), st.integers(0, 2)), min_size=1, max_size=8))
+def test_nftables_compiler_following_state_changes_equals_a_fresh_compile(edits: list[tuple[int, int, int]]) -> None:
+    """The store's way of changing: one object replaced, added or removed at a time. The builder says
+    what changed (the compiler follows only that), and every result equals a fresh build and compile."""
+    be: Any = backend("nftables")
+    store = Store()
+    store.expect("t")
+    builder, compiler = StateBuilder(), be.compiler(CFG, IPFamily.IPV4)
+    for obj in objects(node(), *docs_for(0, 2, 0), *docs_for(1, 3, 1)).nodes:
+        store.put(("node",), (obj,))
+    previous_state: NodeState | None = None
+    previous = None
+    present: set[int] = set()
+    for i, count, variant in edits:
+        docs = objects(*docs_for(i, count, variant))
+        replaced = i in present
+        if count == 0 and variant == 0:  # the service goes away
+            store.put(("svc", i), ())
+            store.put(("slice", i), ())
+            present.discard(i)
+            replaced = False
+        else:
+            store.put(("svc", i), docs.services)
+            store.put(("slice", i), docs.slices)
+            present.add(i)
+        state = builder.build(store.objects(), "node-a")
+        assert state == build(store.objects(), "node-a")
+        assert_changes_are_the_identity_diff(previous_state, state)
+        assert state.changes is not None or not replaced, "a replaced object is followed, not rebuilt"
+        desired = compiler.compile(state)
+        assert desired == be.compile(state, CFG, IPFamily.IPV4)
+        if previous is not None:
+            incremental, full = be.plan(previous, desired), be.plan(unlinked(previous), unlinked(desired))
+            assert sorted(be.render_plan(incremental).splitlines()) == sorted(be.render_plan(full).splitlines())
+        previous_state, previous = state, desired
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sets(st.integers(0, 400)), st.sets(st.integers(0, 400)), st.sets(st.integers(0, 400)))
+def test_chunked_elements_equal_the_frozenset_of_the_same_elements(start: set[int], out: set[int],
+                                                                    into: set[int]) -> None:
+    def els(xs: set[int]) -> frozenset[Element]:
+        return frozenset(Element(f"10.0.{x // 250}.{x % 250} . 10.0.{x // 250}.{x % 250}") for x in xs)
+
+    base = Elements.of(els(start))
+    assert base == els(start) and els(start) == base and hash(base) == hash(els(start)) and len(base) == len(start)
+    after = base.changed(els(out), els(into))
+    want = (els(start) - els(out)) | els(into)
+    assert after == want and want == after and hash(after) == hash(want)
+    assert after == Elements.of(want) and (after != base) == (want != els(start))
+    assert after - els(start) == want - els(start) and els(start) - after == els(start) - want
+    assert (after | els(out)) == (want | els(out)) and (after <= want | els(out))
+    assert all(e in after for e in want) and not any(e in after for e in els(out) - els(into))
+    assert sorted(after) == sorted(want)

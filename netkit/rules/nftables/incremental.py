@@ -20,8 +20,10 @@ compares those and not 10,000 (`narrow`). Measured at 10,000 services × 10 endp
 
 from __future__ import annotations
 
+import bisect
 import weakref
 from dataclasses import replace
+from typing import Generic, TypeVar
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState, ServicePortState
@@ -30,7 +32,9 @@ from netkit.rules.backend import Since
 from netkit.rules.memo import PortMemo
 from netkit.rules.nftables import compile as c
 from netkit.rules.nftables import names as n
-from netkit.rules.nftables.ruleset import Chain, Element, NamedSet, Part, Parts, Ruleset
+from netkit.rules.nftables.ruleset import Chain, Element, Elements, NamedSet, Part, Parts, Ruleset
+
+T = TypeVar("T")
 
 
 class PortPart:
@@ -59,66 +63,90 @@ class Compiler:
     def _reset(self, node_ips: tuple[IPAddress, ...] | None) -> None:
         self._node_ips = node_ips
         self._memo: PortMemo[PortPart] = PortMemo()
+        self._state: NodeState | None = None  # the state of the last compile (its ports are in the memo)
+        self._by_label: dict[str, PortPart] = {}  # every port's PortPart by label
+        self._port_parts: dict[str, Part] = {}  # every compiled port's Part by label (the index)
         self._names: dict[str, int] = {}  # endpoint-chain name → how many ports have it
         self._slots: dict[str, int] = {}
         self._counts: dict[str, dict[Element, int]] = {}  # shared set → element → contributors
         self._shared: dict[str, NamedSet] = {}  # the shared sets with their elements, as last built
-        self._chains: dict[str, Chain] = {}  # every port's chains by name
-        self._order: list[str] | None = None  # every chain's name (fixed and ports'), sorted
-        self._renamed: set[str] = set()  # port chains dropped or added since the order was made
-        self._own: dict[str, NamedSet] = {}  # every port's own sets by name
+        self._chains = _ByName[Chain]()  # every chain (fixed and ports') by name, kept in name order
+        self._sets = _ByName[NamedSet]()  # every set (shared and ports' own) by name, in name order
         self._fixed: Part | None = None
         self._last: Ruleset | None = None
 
     def compile(self, state: NodeState) -> Ruleset:
-        ports = state.family(self.family)
         if state.node.ips != self._node_ips:
             self._reset(state.node.ips)
-        walk = self._memo.run(ports, PortPart)  # new and changed ports get a PortPart not compiled yet
-        labels = [e.label for e in walk.parts]
-        if len(set(labels)) != len(labels):  # two ports, one label: not a valid state; no index, no memory
-            self._reset(None)
-            ctx = c.Ctx(self.family, self.config, state.node.ips, c.endpoint_slots(ports))
-            return c.unindexed(ctx, state, ports)
-        moved = self._count_names(walk.came, walk.gone)
+        previous, self._state = self._state, state
+        changes = state.changes
+        fresh = self._memo.fresh
+        if changes is not None and changes.applies_to(previous) and not fresh:
+            came, gone = self._memo.update(self._mine(changes.gone), self._mine(changes.came), PortPart)
+            if not self._relabel(came, gone):
+                return self._unindexed(state)
+        else:
+            walk = self._memo.run(state.family(self.family), PortPart)  # new and changed ports: not compiled yet
+            came, gone = walk.came, walk.gone
+            self._by_label = {e.label: e for e in walk.parts}
+            if len(self._by_label) != len(walk.parts):
+                return self._unindexed(state)
+        moved = self._count_names(came, gone)
         ctx = c.Ctx(self.family, self.config, state.node.ips, self._slots)
         touched: dict[str, set[Element]] = {}
-        changed = {e.label for e in (*walk.came, *walk.gone)}
-        for e in walk.gone:
+        changed = {e.label for e in (*came, *gone)}
+        for e in gone:
             self._drop(e, touched)
-        again = [e for e in walk.parts if e.part is not None and e.slots != self._slots_of(e)] if moved else []
+        again = [e for e in self._by_label.values() if e.part is not None and e.slots != self._slots_of(e)] \
+            if moved else []
         for e in again:  # rare: a name came or went and moved this port's slot
             self._drop(e, touched)
             changed.add(e.label)
-        for e in (*walk.came, *again):
+        for e in (*came, *again):
             e.slots, e.part = self._slots_of(e), c.compile_port(ctx, e.port)
             self._add(e, touched)
-        return self._result(ctx, state, walk.parts, labels, touched, changed, walk.fresh)
+        return self._result(ctx, state, touched, changed, fresh)
 
-    def _result(self, ctx: c.Ctx, state: NodeState, parts: list[PortPart], labels: list[str],
-                touched: dict[str, set[Element]], changed: set[str], fresh: bool) -> Ruleset:
+    def _mine(self, ports: tuple[ServicePortState, ...]) -> list[ServicePortState]:
+        return [p for p in ports if p.family is self.family]
+
+    def _relabel(self, came: list[PortPart], gone: list[PortPart]) -> bool:
+        """Follow a change in the label index; False when two ports now share a label."""
+        by_label = self._by_label
+        for e in gone:
+            if by_label.get(e.label) is e:
+                del by_label[e.label]
+        for e in came:
+            if e.label in by_label:
+                return False
+            by_label[e.label] = e
+        return True
+
+    def _unindexed(self, state: NodeState) -> Ruleset:
+        """Two ports, one label: not a valid state; no index, no memory."""
+        self._reset(None)
+        ports = state.family(self.family)
+        ctx = c.Ctx(self.family, self.config, state.node.ips, c.endpoint_slots(ports))
+        return c.unindexed(ctx, state, ports)
+
+    def _result(self, ctx: c.Ctx, state: NodeState, touched: dict[str, set[Element]], changed: set[str],
+                fresh: bool) -> Ruleset:
         before = self._fixed
         fixed = self._fixed_part(ctx, state)
-        sets = self._shared_sets(fixed, touched, fixed is before)
-        chains = self._sorted_chains(fixed)
-        result = Ruleset.of(ctx.ip, [*sets, *self._own.values()], ())
-        result = Ruleset(result.family, result.table, result.sets, chains)
-        index = Parts(fixed, {e.label: e.part for e in parts if e.part is not None}, result.sets, result.chains)
+        if fixed is not before:
+            for ch in before.chains if before is not None else ():
+                self._chains.put(ch.name, None)
+            for ch in fixed.chains:
+                self._chains.put(ch.name, ch)
+        self._shared_sets(fixed, touched, fixed is before)
+        sets, chains = self._sets.sorted(), self._chains.sorted()
+        index = Parts(fixed, self._port_parts.copy(), sets, chains)
         since = None
         if self._last is not None and not fresh:
             since = Since(weakref.ref(self._last), frozenset(changed))
-        result = Ruleset(result.family, result.table, result.sets, result.chains, index, since)
+        result = Ruleset(ctx.ip, "netkit", sets, chains, index, since)
         self._last = result
         return result
-
-    def _sorted_chains(self, fixed: Part) -> tuple[Chain, ...]:
-        """Every chain in name order. The order is sorted again only when a chain name came or went
-        (a port's chain dropped and added back under its name leaves it as it was)."""
-        by_name = {**{ch.name: ch for ch in fixed.chains}, **self._chains}
-        if self._order is None or self._renamed or len(self._order) != len(by_name):
-            self._order = sorted(by_name)
-            self._renamed = set()
-        return tuple(map(by_name.__getitem__, self._order))
 
     # ── slots ──
 
@@ -154,13 +182,14 @@ class Compiler:
         part = e.part
         if part is None:
             return
+        if self._port_parts.get(e.label) is part:
+            del self._port_parts[e.label]
         for chain in part.chains:
             if self._chains.get(chain.name) is chain:
-                del self._chains[chain.name]
-                self._renamed.symmetric_difference_update((chain.name,))
+                self._chains.put(chain.name, None)
         for st in part.sets:
-            if self._own.get(st.name) is st:
-                del self._own[st.name]
+            if self._sets.get(st.name) is st:
+                self._sets.put(st.name, None)
         for set_name, element in part.elements:
             counts = self._counts[set_name]
             left = counts[element] - 1
@@ -174,12 +203,11 @@ class Compiler:
         part = e.part
         if part is None:
             return
+        self._port_parts[e.label] = part
         for chain in part.chains:
-            if chain.name not in self._chains:
-                self._renamed.symmetric_difference_update((chain.name,))
-            self._chains[chain.name] = chain
+            self._chains.put(chain.name, chain)
         for st in part.sets:
-            self._own[st.name] = st
+            self._sets.put(st.name, st)
         for set_name, element in part.elements:
             counts = self._counts.setdefault(set_name, {})
             had = counts.get(element, 0)
@@ -201,24 +229,75 @@ class Compiler:
         self._fixed = fixed
         return fixed
 
-    def _shared_sets(self, fixed: Part, touched: dict[str, set[Element]], same_fixed: bool) -> list[NamedSet]:
+    def _shared_sets(self, fixed: Part, touched: dict[str, set[Element]], same_fixed: bool) -> None:
         """Each shared set with its elements: its definition's own plus every part's; rebuilt only
         when an element came or went (or its definition changed), else the very same object."""
-        out: list[NamedSet] = []
         shared: dict[str, NamedSet] = {}
         for definition in fixed.sets:
             before = self._shared.get(definition.name)
             changed = touched.get(definition.name)
-            if before is not None and not changed and (same_fixed or (
-                    before.definition() == definition.definition() and _base(before, definition))):
+            same = before is not None and (same_fixed or (
+                before.definition() == definition.definition() and _base(before, definition)))
+            if before is not None and same and not changed:
                 st = before
+            elif before is not None and same and changed and not definition.elements \
+                    and isinstance(before.elements, Elements):
+                # Only elements of the parts came or went: rebuild their chunks (hairpin: 100k pairs).
+                counts = self._counts.get(definition.name, {})
+                st = replace(before, elements=before.elements.changed(
+                    [e for e in changed if e not in counts], [e for e in changed if e in counts]))
+                self._sets.put(st.name, st)
             else:
-                parts = frozenset(self._counts.get(definition.name, ()))
-                st = replace(definition, elements=definition.elements | parts)
+                parts = Elements.of(self._counts.get(definition.name, ()))
+                st = replace(definition, elements=definition.elements | parts if definition.elements else parts)
+                self._sets.put(st.name, st)
             shared[st.name] = st
-            out.append(st)
+        for name in self._shared.keys() - shared.keys():
+            self._sets.put(name, None)
         self._shared = shared
-        return out
+
+
+class _ByName(Generic[T]):
+    """Objects by name, and their tuple in name order: patched name by name (bisect) when a few
+    changed since the last tuple, sorted again when many did (the first compile)."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, T] = {}
+        self._names: list[str] = []
+        self._items: list[T] = []
+        self._dirty: set[str] = set()
+
+    def get(self, name: str) -> T | None:
+        return self._by_name.get(name)
+
+    def put(self, name: str, item: T | None) -> None:
+        """Set (or with None, remove) the object of a name."""
+        if item is None:
+            self._by_name.pop(name, None)
+        else:
+            self._by_name[name] = item
+        self._dirty.add(name)
+
+    def sorted(self) -> tuple[T, ...]:
+        dirty, self._dirty = self._dirty, set()
+        if len(dirty) > 64 or len(dirty) * 8 > len(self._names):
+            self._names = sorted(self._by_name)
+            self._items = list(map(self._by_name.__getitem__, self._names))
+            return tuple(self._items)
+        names, items = self._names, self._items
+        for name in dirty:
+            i = bisect.bisect_left(names, name)
+            here = i < len(names) and names[i] == name
+            item = self._by_name.get(name)
+            if item is None:
+                if here:
+                    del names[i], items[i]
+            elif here:
+                items[i] = item
+            else:
+                names.insert(i, name)
+                items.insert(i, item)
+        return tuple(items)
 
 
 def _base(before: NamedSet, definition: NamedSet) -> bool:

@@ -144,10 +144,11 @@ def narrow(committed: Ruleset, desired: Ruleset) -> tuple[Ruleset, Ruleset] | No
                 if other is not None:
                     after.append(other)
         after.extend(part for label, part in new.ports.items() if label not in old.ports)
-    touched: dict[str, set[Element]] = {s.name: set() for s in old.fixed.sets}
+    # Only the shared sets these parts have elements in: the others are left out of both sides.
+    touched: dict[str, set[Element]] = {}
     for part in (*before, *after):
         for name, e in part.elements:
-            touched[name].add(e)
+            touched.setdefault(name, set()).add(e)
     return _cut(committed, old, before, touched), _cut(desired, new, after, touched)
 
 

@@ -6,7 +6,10 @@ the spelling `parse` prints back from the kernel's JSON, so a Ruleset compiled h
 the kernel compare equal when the kernel holds what was compiled. The canonical forms are chosen to
 be valid `nft -f` input as they stand, so `render` writes rules verbatim.
 
-Elements are (key, value) text pairs in a frozenset: element order means nothing to the kernel.
+Elements are (key, value) text pairs in a set: element order means nothing to the kernel. A set read
+or built in one go holds a frozenset; the Compiler's shared sets hold `Elements`, the same value kept
+in chunks, so a set of 500,000 hairpin pairs with one pair changed is a new value for the price of
+one chunk (the daemon's one-change sync at 50,000 services).
 Sets and chains are tuples sorted by name, so equality does not depend on construction order.
 Dynamic sets (ClientIP affinity) are declared here, but their elements are the kernel's runtime
 state (clients seen recently), never part of a Ruleset.
@@ -22,9 +25,10 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from netkit.rules.backend import Since
 
@@ -53,6 +57,97 @@ class Element(NamedTuple):
         return None
 
 
+class Elements(AbstractSet[Element]):
+    """An immutable set of elements kept as CHUNKS frozensets (by hash): equal to the frozenset of
+    the same elements (and hashed like it), and `changed` makes the set with a few elements removed
+    and added by rebuilding only their chunks. Set algebra with it gives plain frozensets."""
+
+    CHUNKS = 256  # a power of two: a chunk of 500,000 elements holds ~2,000
+    __slots__ = ("_chunks", "_hashed", "_len")
+
+    def __init__(self, chunks: tuple[frozenset[Element], ...]) -> None:
+        self._chunks = chunks
+        self._len = sum(map(len, chunks))
+        self._hashed: int | None = None
+
+    @classmethod
+    def of(cls, elements: Iterable[Element]) -> Elements:
+        buckets: list[list[Element]] = [[] for _ in range(cls.CHUNKS)]
+        mask = cls.CHUNKS - 1
+        for e in elements:
+            buckets[hash(e) & mask].append(e)
+        return cls(tuple(frozenset(b) for b in buckets))
+
+    def changed(self, removed: Iterable[Element], added: Iterable[Element]) -> Elements:
+        """These elements without `removed` and with `added`; untouched chunks are shared."""
+        mask = self.CHUNKS - 1
+        chunks = list(self._chunks)
+        edits: dict[int, tuple[set[Element], set[Element]]] = {}
+        for e in removed:
+            edits.setdefault(hash(e) & mask, (set(), set()))[0].add(e)
+        for e in added:
+            edits.setdefault(hash(e) & mask, (set(), set()))[1].add(e)
+        for i, (gone, came) in edits.items():
+            chunks[i] = (chunks[i] - gone) | came
+        return Elements(tuple(chunks))
+
+    def frozen(self) -> frozenset[Element]:
+        return frozenset().union(*self._chunks)
+
+    def __contains__(self, e: object) -> bool:
+        return e in self._chunks[hash(e) & (self.CHUNKS - 1)]
+
+    def __iter__(self) -> Iterator[Element]:
+        return itertools.chain.from_iterable(self._chunks)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Elements):
+            return self._len == other._len and self._chunks == other._chunks
+        if isinstance(other, (set, frozenset)):
+            return self._len == len(other) and all(c <= other for c in self._chunks)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hashed is None:
+            self._hashed = hash(self.frozen())  # as the equal frozenset's
+        return self._hashed
+
+    def __repr__(self) -> str:
+        return f"Elements({set(self)!r})"
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> frozenset[Any]:
+        return frozenset(it)
+
+    def __le__(self, other: AbstractSet[Any]) -> bool:
+        if isinstance(other, (set, frozenset)):
+            return self._len <= len(other) and all(c <= other for c in self._chunks)
+        return super().__le__(other)
+
+    def __sub__(self, other: AbstractSet[Any]) -> frozenset[Element]:
+        return self.frozen() - _plain(other)
+
+    def __rsub__(self, other: AbstractSet[Any]) -> frozenset[Any]:
+        return _plain(other) - self.frozen()
+
+    def __or__(self, other: AbstractSet[Any]) -> frozenset[Any]:
+        return self.frozen() | _plain(other)
+
+    __ror__ = __or__
+
+    def __and__(self, other: AbstractSet[Any]) -> frozenset[Element]:
+        return self.frozen() & _plain(other)
+
+    __rand__ = __and__
+
+
+def _plain(s: AbstractSet[Any]) -> frozenset[Any]:
+    return s.frozen() if isinstance(s, Elements) else frozenset(s)
+
+
 @dataclass(frozen=True, slots=True)
 class NamedSet:
     """A named set (`value_type` None) or map (`value_type` e.g. "verdict")."""
@@ -63,7 +158,7 @@ class NamedSet:
     flags: tuple[str, ...] = ()
     timeout: int | None = None  # seconds, for dynamic sets
     size: int | None = None
-    elements: frozenset[Element] = frozenset()
+    elements: AbstractSet[Element] = frozenset()
 
     @property
     def is_map(self) -> bool:
