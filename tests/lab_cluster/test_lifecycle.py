@@ -93,7 +93,8 @@ def test_down_after_a_crash_leaves_nothing() -> None:
 
 
 @pytest.mark.parametrize("args", [
-    ("up", "--nodes", "0"), ("up", "--mode", "userspace"), ("up", "--frobnicate"), ("scale", "web"),
+    ("up", "--nodes", "0"), ("up", "--mode", "userspace"), ("up", "--frobnicate"), ("up", "--dns-pods", "0"),
+    ("scale", "web"),
     ("down", "zzzzzz"), ("status", "--cluster", "zzzzzz"), ("frob",),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...]) -> None:

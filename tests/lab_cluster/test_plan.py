@@ -109,3 +109,15 @@ def test_namespace_names_say_which_state_directory_records_the_cluster() -> None
 def test_a_process_belongs_to_a_cluster_when_an_argument_is_a_path_in_its_directory(cmdline: bytes,
                                                                                     named: bool) -> None:
     assert names_path(cmdline, "/run/netkit-lab/clusters/abc123") is named
+
+
+def test_dns_pods_default_to_two_and_can_be_set() -> None:
+    def dns(c: plan.Cluster) -> list[str]:
+        return [p.node for p in c.pods_of(DNS_DEPLOY)]
+
+    assert dns(plan.initial("abc123", 3, 0, "iptables")) == ["node-1", "node-2"]
+    assert dns(plan.initial("abc123", 1, 0, "iptables")) == ["node-1"]
+    assert dns(plan.initial("abc123", 2, 0, "ipvs", dns_pods=1)) == ["node-1"]
+    assert dns(plan.initial("abc123", 2, 0, "ipvs", dns_pods=3)) == ["node-1", "node-2", "node-1"]
+    with pytest.raises(ValueError, match="--dns-pods"):
+        plan.initial("abc123", 2, 0, "ipvs", dns_pods=0)

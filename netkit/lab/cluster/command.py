@@ -51,6 +51,8 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     up.add_argument("--mode", choices=MODES, default="iptables", help="netkit run's mode (default iptables)")
     up.add_argument("--pods-per-node", type=count(0, 50), default=2,
                     help=f"pods of the {APP_DEPLOY!r} deployment per node (default 2)")
+    up.add_argument("--dns-pods", type=count(1, 16), default=None,
+                    help="pods of the cluster DNS (coredns-N; default 2, 1 with one node)")
     up.add_argument("--timeout", type=float, default=60.0,
                     help="seconds to wait for every node's first sync (default 60)")
     up.add_argument("--id", type=cluster_id, default=None, help="the cluster's id, 6 hex digits (default: random)")
@@ -136,7 +138,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     from netkit.lab.cluster import lifecycle  # here, not at the top: every netkit command builds this parser
 
     started = time.monotonic()
-    record = lifecycle.up(args.nodes, args.mode, args.pods_per_node, timeout=args.timeout, cluster_id=args.id or "")
+    record = lifecycle.up(args.nodes, args.mode, args.pods_per_node, timeout=args.timeout, cluster_id=args.id or "",
+                          dns_pods=args.dns_pods)
     seconds = time.monotonic() - started
     c = record.cluster
     kubeconfig = state.kubeconfig_path(c.cluster_id)

@@ -58,13 +58,14 @@ def new_id() -> str:
 
 # --- up / down -------------------------------------------------------------------------------------
 
-def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0, cluster_id: str = "") -> state.Record:
+def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0, cluster_id: str = "",
+       dns_pods: int | None = None) -> state.Record:
     need_root()
     need_tools(mode)
     if cluster_id and (state.cluster_dir(cluster_id).exists() or build.leftovers(cluster_id)):
         raise LabError(f"cluster {cluster_id} exists already (netkit lab cluster down {cluster_id})")
     try:
-        cluster = plan.initial(cluster_id or new_id(), nodes, pods_per_node, mode, state.NETNS_PREFIX)
+        cluster = plan.initial(cluster_id or new_id(), nodes, pods_per_node, mode, state.NETNS_PREFIX, dns_pods)
     except ValueError as exc:
         raise LabError(str(exc)) from exc
     cid = cluster.cluster_id

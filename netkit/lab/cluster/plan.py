@@ -176,12 +176,16 @@ def make_nodes(prefix: str, cluster_id: str, count: int) -> tuple[Node, ...]:
     return tuple(Node(f"node-{i}", i, netns_name(prefix, cluster_id, f"node-{i}")) for i in range(1, count + 1))
 
 
-def initial(cluster_id: str, nodes: int, pods_per_node: int, mode: str, prefix: str = NETNS_PREFIX) -> Cluster:
-    """A new cluster: `pods_per_node` web pods on every node and two DNS pods (one with one node)."""
+def initial(cluster_id: str, nodes: int, pods_per_node: int, mode: str, prefix: str = NETNS_PREFIX,
+            dns_pods: int | None = None) -> Cluster:
+    """A new cluster: `pods_per_node` web pods on every node and `dns_pods` DNS pods (default two, as
+    kubeadm's CoreDNS Deployment; one with one node)."""
     if pods_per_node < 0:
         raise ValueError(f"--pods-per-node must be 0 or more, not {pods_per_node}")
+    if dns_pods is not None and dns_pods < 1:
+        raise ValueError(f"--dns-pods must be 1 or more, not {dns_pods}")
     cluster = Cluster(cluster_id, mode, make_nodes(prefix, cluster_id, nodes), prefix=prefix)
-    cluster = scale(cluster, DNS_DEPLOY, min(2, nodes))[0]
+    cluster = scale(cluster, DNS_DEPLOY, min(2, nodes) if dns_pods is None else dns_pods)[0]
     return scale(cluster, APP_DEPLOY, pods_per_node * nodes)[0]
 
 
