@@ -12,15 +12,17 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic
 
 from netkit import nfacct
+from netkit.cli.early import EarlyDumps
 from netkit.cli.filters import Filter, add_filter_options
-from netkit.cli.inputs import Inputs, add_input_options, check_netns, load_inputs
+from netkit.cli.inputs import Inputs, add_input_options, check_netns, config_from_args, load_inputs
 from netkit.cli.output import STRUCTURED, emit
 from netkit.cli.progress import Progress
+from netkit.config import Config
 from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
@@ -119,20 +121,25 @@ def _families(args: argparse.Namespace) -> tuple[IPFamily, ...]:
     return (FAMILIES[args.ip_family],) if args.ip_family else (IPFamily.IPV4, IPFamily.IPV6)
 
 
-def _setup(args: argparse.Namespace) -> Inputs:
+def _setup(args: argparse.Namespace, config: Config | None = None) -> Inputs:
     check_netns(args)
-    inputs = load_inputs(args)
-    config = inputs.config
-    if getattr(args, "iptables_backend", None):
-        config = replace(config, iptables_backend=args.iptables_backend)
-        inputs = replace(inputs, config=config)
+    inputs = load_inputs(args, config)
+    if config is None and getattr(args, "iptables_backend", None):
+        inputs = replace(inputs, config=replace(inputs.config, iptables_backend=args.iptables_backend))
     _check_netns(args)
     return inputs
 
 
-def _read(args: argparse.Namespace, progress: Progress) -> Inputs:
+def _config(args: argparse.Namespace) -> Config:
+    """The configuration `_setup` gives, before any manifest is read."""
+    check_netns(args)
+    config = config_from_args(args)
+    return replace(config, iptables_backend=args.iptables_backend) if args.iptables_backend else config
+
+
+def _read(args: argparse.Namespace, progress: Progress, config: Config | None = None) -> Inputs:
     with progress.phase("read the input") as done:
-        inputs = _setup(args)
+        inputs = _setup(args, config)
         done(f"{len(inputs.objects.services)} Services, {len(inputs.objects.slices)} EndpointSlices")
     return inputs
 
@@ -211,14 +218,20 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace, progress: Progress) -> int:
-    inputs = _with_nfacct(_read(args, progress), args)
+    config = _config(args)
     flt = Filter.of(args)
 
     def run(be: Backend[R, P]) -> int:
+        # The kernel is read while the input is (netkit.cli.early): the dumps are mostly the tools' work.
+        # A missing namespace is reported after the input's own errors (by _setup), as before.
+        kernels = {family: be.kernel(config, family, args.netns) for family in _families(args)}
+        early = EarlyDumps({family: kernel.dump for family, kernel in kernels.items()}) \
+            if not args.netns or exists(args.netns) else None
+        inputs = _with_nfacct(_read(args, progress, config), args)
         report: dict[str, FamilyDiff[P]] = {}
-        for family in _families(args):
-            kernel = be.kernel(inputs.config, family, args.netns)
-            live, desired, kept, p = _read_and_plan(be, inputs, family, kernel, progress)
+        for family, kernel in kernels.items():
+            live, desired, kept, p = _read_and_plan(be, inputs, family, kernel, progress,
+                                                    early.get if early is not None else None)
             # An empty plan means in sync, whatever the summaries say.
             with progress.phase(f"{family.value}: summarise") as done:
                 changes = [] if p.empty else plan_summary(be, live, desired, summary.addresses(inputs.state, family))
@@ -238,7 +251,7 @@ def _diff(args: argparse.Namespace, progress: Progress) -> int:
             _print_diff(be, report, args.stat, only_summary)
         return 1 if pending else 0
 
-    return with_backend(inputs.config.mode, run)
+    return with_backend(config.mode, run)
 
 
 def plan_summary(be: Backend[R, P], live: R, desired: R, names: Mapping[str, str] | None = None) -> list[ServiceChange]:
@@ -328,10 +341,11 @@ def _with_nfacct(inputs: Inputs, args: argparse.Namespace) -> Inputs:
 
 
 def _read_and_plan(be: Backend[R, P], inputs: Inputs, family: IPFamily, kernel: Kernel[R, P],
-                   progress: Progress) -> tuple[R, R, list[str], P]:
-    """Dump the live rules, compile (keeping what invalid input protects) and plan, one phase each."""
+                   progress: Progress, dumped: Callable[[IPFamily], R] | None = None) -> tuple[R, R, list[str], P]:
+    """Dump the live rules (or take the dump `dumped` read), compile (keeping what invalid input
+    protects) and plan, one phase each."""
     with progress.phase(f"{family.value}: read the live rules"):
-        live = kernel.dump()
+        live = kernel.dump() if dumped is None else dumped(family)
     with progress.phase(f"{family.value}: compile") as done:
         desired, kept = _desired(be, inputs, family, live)
         done(f"{_ports(inputs, family)} service ports")

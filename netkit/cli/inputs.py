@@ -92,8 +92,9 @@ def check_netns(args: argparse.Namespace) -> None:
                           "namespace)")
 
 
-def load_inputs(args: argparse.Namespace) -> Inputs:
-    config = config_from_args(args)
+def load_inputs(args: argparse.Namespace, config: Config | None = None) -> Inputs:
+    """The inputs `args` name; `config`: config_from_args(args), when the caller has it already."""
+    config = config_from_args(args) if config is None else config
     loaded = load(args.files)
     report_problems(loaded.problems, strict=getattr(args, "strict", False))
     check_not_empty(loaded.objects, loaded.problems, args.files, allow=getattr(args, "allow_empty", False))
