@@ -31,6 +31,7 @@ from netkit.model.state import ServicePortState
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel, load_nftables_module
 from netkit.rules.nftables.plan import Transaction, plan
+from netkit.rules.nftables.rule import read
 from netkit.rules.nftables.ruleset import Chain, Element
 from netkit.sources.manifests import load
 from tests.conftest import EXAMPLES, need_root_and
@@ -65,8 +66,12 @@ def test_every_example_loads_and_dumps_back_equal(netns: str, example: str, tran
         k = kernel(netns, desired.family, transport)
         assert k.dump() is None
         k.apply(plan(None, desired))
-        assert k.dump() == desired
-        assert plan(k.dump(), desired).empty
+        live = k.dump()
+        assert live == desired
+        assert plan(live, desired).empty
+        assert live is not None
+        # JSON dump → typed: every rule read from the kernel reads as the compiled one does
+        assert [[read(r) for r in c.rules] for c in live.chains] == [[read(r) for r in c.rules] for c in desired.chains]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

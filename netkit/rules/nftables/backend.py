@@ -16,6 +16,7 @@ from netkit.rules.nftables import compile as _compile
 from netkit.rules.nftables import names
 from netkit.rules.nftables import plan as _plan
 from netkit.rules.nftables import render as _render
+from netkit.rules.nftables import rule as _rule
 from netkit.rules.nftables import trace as _trace
 from netkit.rules.nftables.incremental import Compiler
 from netkit.rules.nftables.kernel import NftKernel
@@ -107,26 +108,10 @@ def summarize(ruleset: Live) -> Mapping[str, tuple[str, ...]]:
 
 
 def dnat_targets(rule: str, sets: Mapping[str, NamedSet]) -> list[str]:
-    """Endpoints in a canonical dnat rule: `… to A:P`, `… numgen random mod N [offset O] map @NAME`
-    (keys O … O+N-1 of an endpoint map, read from `sets`) or `… map { 0 : A . P, … }`."""
-    _, sep, target = rule.partition(" dnat ")
-    if not sep:
-        return []
-    target = target.split(" to ", 1)[1]
-    if " map @" in target:
-        found = sets.get(target.split(" map @", 1)[1].split()[0])
-        words = target.split()
-        mod = int(words[words.index("mod") + 1]) if "mod" in words else None
-        offset = int(words[words.index("offset") + 1]) if "offset" in words else 0
-        keys = {str(offset + i) for i in range(mod)} if mod is not None else None
-        values = [e.value for e in found.elements if e.value and (keys is None or e.key in keys)] if found else []
-    elif " map { " in target:
-        body = target.split(" map { ", 1)[1].rstrip(" }")
-        values = [item.split(" : ", 1)[1] for item in body.split(", ")]
-    else:
-        return [target.split()[0]]
-    pairs = [v.split(" . ") for v in values]
-    return [f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}" for ip, port in pairs]
+    """Endpoints a canonical dnat rule can choose (rule.py reads it): `… to A:P`, `… numgen random mod N
+    [offset O] map @NAME` (keys O … O+N-1 of an endpoint map, read from `sets`) or `… map { 0 : A . P, … }`."""
+    read = _rule.readable(rule)
+    return [ep for d in (read.dnats() if read else ()) for ep in _rule.endpoints(d, sets)]
 
 
 def foreign(live: Live, desired: Live) -> list[str]:

@@ -20,17 +20,15 @@ slots the kept one still uses (slots are settled in name order). Pure.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 
 from netkit.errors import NetkitError
 from netkit.rules.keep import service_of as port_service
 from netkit.rules.nftables import names as n
+from netkit.rules.nftables import rule
 from netkit.rules.nftables.ruleset import Chain, Element, NamedSet, Ruleset
 
 _DISPATCH = (n.SERVICE_IPS, n.SERVICE_NODEPORTS, n.NO_ENDPOINT_SERVICES, n.NO_ENDPOINT_NODEPORTS, n.FIREWALL_IPS)
-_SLOTS = re.compile(r"numgen random mod (\d+)(?: offset (\d+))? map @(\S+)")
-_ADDRESS = re.compile(r" to (\S+?)(?::\d+)?$")
 
 
 class Unkeepable(NetkitError):
@@ -95,24 +93,26 @@ def _shared_elements(live: Ruleset, names: set[str], chains: Iterable[Chain],
             if e.target in names or e.key in keys:
                 out.setdefault(name, set()).add(e)
     addresses: set[str] = set()
-    for chain in chains:
-        for rule in chain.rules:
-            m = _SLOTS.search(rule)
-            if m and m.group(3) in sets:
-                mod, offset = int(m.group(1)), int(m.group(2) or 0)
-                wanted = {str(offset + i) for i in range(mod)}
-                chosen = {e for e in sets[m.group(3)].elements if e.key in wanted}
-                out.setdefault(m.group(3), set()).update(chosen)
-                addresses.update(e.value.split(" . ")[0] for e in chosen if e.value)
-            a = _ADDRESS.search(rule)
-            if a and " dnat " in rule:
-                addresses.add(a.group(1).strip("[]"))
+    for d in (d for chain in chains for text in chain.rules for d in _dnats(text)):
+        if isinstance(d.to, rule.Value):
+            addresses.add(rule.host(d.to.text))
+            continue
+        table, wanted = d.to.table, rule.slots(d.to)
+        if isinstance(table, rule.SetRef) and wanted is not None and table.name in sets:
+            chosen = {e for e in sets[table.name].elements if e.key in wanted}
+            out.setdefault(table.name, set()).update(chosen)
+            addresses.update(e.value.split(" . ")[0] for e in chosen if e.value)
     ips = {e.key.split(" . ")[0] for e in out.get(n.SERVICE_IPS, ())}
     for name, pick in ((n.CLUSTER_IPS, ips), (n.HAIRPIN, addresses)):  # "ip" and "ip . ip" elements
         for e in sets[name].elements if name in sets else ():
             if e.key.split(" . ")[0] in pick:
                 out.setdefault(name, set()).add(e)
     return out
+
+
+def _dnats(text: str) -> Iterator[rule.Dnat]:
+    read = rule.readable(text)
+    return read.dnats() if read else iter(())
 
 
 def _service_of_key(key: str, desired: Ruleset) -> str | None:

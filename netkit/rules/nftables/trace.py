@@ -25,13 +25,40 @@ understood (Outcome.unknown) and treated as not matching.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
-from typing import Any
 
 from netkit.model.types import IPAddress
+from netkit.rules.nftables.rule import (
+    AnonMap,
+    AnonSet,
+    Concat,
+    Counter,
+    Ct,
+    Dnat,
+    Expr,
+    Fib,
+    MapLookup,
+    MarkSet,
+    Masquerade,
+    Match,
+    Meta,
+    NotUnderstood,
+    Number,
+    Numgen,
+    Operand,
+    Payload,
+    SetRef,
+    SetUpdate,
+    Statement,
+    Table,
+    Value,
+    Verdict,
+    VerdictMap,
+    hostport,
+    read,
+)
 from netkit.rules.nftables.ruleset import Chain, NamedSet, Ruleset
 from netkit.rules.tracing import Outcome, Packet, Step, endpoints
 
@@ -159,8 +186,8 @@ def _rule(t: _Table, step: Step, b: _Branch, depth: int) -> list[_Branch]:
     """One rule on one branch. Returned states: "miss" (a match failed), "next" (matched, go on to
     the next rule), or a verdict (accept, drop, reject, return)."""
     try:
-        stmts = _parse(step.rule)
-    except _NotUnderstood as exc:
+        stmts = read(step.rule).statements
+    except NotUnderstood as exc:
         b.unknown.append(f"{step.table} {step.chain} #{step.index}: {exc} in: {step.rule}")
         b.state = "miss"
         return [b]
@@ -179,68 +206,73 @@ def _rule(t: _Table, step: Step, b: _Branch, depth: int) -> list[_Branch]:
     return out + live
 
 
-def _statement(t: _Table, st: tuple[Any, ...], b: _Branch, step: Step, depth: int) -> list[_Branch]:
-    kind = st[0]
-    if kind == "match":
-        _, left, op, right = st
-        return _split(b, _truth(t, left, op, right, b), step)
-    if kind == "vmap":
-        _, key, table = st
-        out = []
-        for p, verdict in _lookup(t, key, table, b):
-            x = b if p == 1.0 else b.fork(b.p * p)
-            if verdict is None:
-                x.state = "miss"
-                out.append(x)
-            else:
-                x.step(step)
-                out.extend(_verdict(t, verdict.split(), x, step, depth))
-        return out
+def _statement(t: _Table, st: Statement, b: _Branch, step: Step, depth: int) -> list[_Branch]:
+    if isinstance(st, Match):
+        return _split(b, _truth(t, st, b), step)
+    if isinstance(st, VerdictMap):
+        return _vmap(t, st, b, step, depth)
     b.step(step)
-    if kind == "verdict":
-        return _verdict(t, st[1], b, step, depth)
-    if kind == "dnat":
-        out = []
-        for p, target in _dnat_targets(t, st[1], b):
-            x = b if p == 1.0 else b.fork(b.p * p)
-            if target is None:
-                x.state = "miss"
-                x.unknown.append(f"{step.table} {step.chain} #{step.index}: dnat map has no element for the key")
-            else:
-                host, port = _split_hostport(target)
-                x.dnat, x.reason, x.state = target, step, "accept"
-                x.pkt = replace(x.pkt, dst=host, dport=port if port is not None else x.pkt.dport)
-            out.append(x)
-        return out
-    if kind == "masquerade":
+    if isinstance(st, Verdict):
+        return _verdict(t, st, b, step, depth)
+    if isinstance(st, Dnat):
+        return _dnat(t, st, b, step)
+    if isinstance(st, Masquerade):
         b.masquerade, b.state = True, "accept"
         return [b]
-    if kind == "mark":
-        (p, value), = _values(t, st[1], b)
-        b.pkt = replace(b.pkt, mark=int(value))
+    if isinstance(st, MarkSet):
+        (_, value), = _values(t, st.value, b)
+        b.pkt = replace(b.pkt, mark=int(_number(value)))
         return [b]
-    if kind == "update":
-        b.sticky = b.sticky or st[1] is not None
+    if isinstance(st, SetUpdate):
+        b.sticky = True
         return [b]
-    raise AssertionError(kind)
+    assert isinstance(st, Counter)
+    return [b]
 
 
-def _verdict(t: _Table, words: list[str] | tuple[str, ...], b: _Branch, step: Step, depth: int) -> list[_Branch]:
-    verb = words[0]
-    if verb in ("jump", "goto"):
+def _vmap(t: _Table, st: VerdictMap, b: _Branch, step: Step, depth: int) -> list[_Branch]:
+    out = []
+    for p, verdict in _lookup(t, st.key, st.table, b):
+        x = b if p == 1.0 else b.fork(b.p * p)
+        if verdict is None:
+            x.state = "miss"
+            out.append(x)
+        else:
+            x.step(step)
+            out.extend(_verdict(t, Verdict(*verdict.split(maxsplit=1)), x, step, depth))
+    return out
+
+
+def _dnat(t: _Table, st: Dnat, b: _Branch, step: Step) -> list[_Branch]:
+    out = []
+    for p, target in _dnat_targets(t, st.to, b):
+        x = b if p == 1.0 else b.fork(b.p * p)
+        if target is None:
+            x.state = "miss"
+            x.unknown.append(f"{step.table} {step.chain} #{step.index}: dnat map has no element for the key")
+        else:
+            host, port = _split_hostport(target)
+            x.dnat, x.reason, x.state = target, step, "accept"
+            x.pkt = replace(x.pkt, dst=host, dport=port if port is not None else x.pkt.dport)
+        out.append(x)
+    return out
+
+
+def _verdict(t: _Table, v: Verdict, b: _Branch, step: Step, depth: int) -> list[_Branch]:
+    if v.verb in ("jump", "goto") and v.target is not None:
         out = []
-        for r in _chain(t, words[1], b, depth + 1):
-            if r.state == "return" and verb == "jump":
+        for r in _chain(t, v.target, b, depth + 1):
+            if r.state == "return" and v.verb == "jump":
                 r.state = "go"
             out.append(r)
         return out
-    if verb in ("drop", "reject"):
-        b.state, b.reason = verb, step
+    if v.verb in ("drop", "reject"):
+        b.state, b.reason = v.verb, step
         return [b]
-    if verb == "continue":
+    if v.verb == "continue":
         b.state = "go"
         return [b]
-    b.state = verb  # accept, return
+    b.state = v.verb  # accept, return
     return [b]
 
 
@@ -259,82 +291,86 @@ def _split(b: _Branch, q: float, step: Step) -> list[_Branch]:
 
 # ── values ───────────────────────────────────────────────────────────────────────────────────────
 
-Dist = list[tuple[float, Any]]  # (probability, value), probabilities adding up to 1
+# What an expression evaluates to for the packet: an address, a number (port, mark, numgen), a name
+# (protocol, interface, route type), the set of conntrack flags that hold, a concatenation of those,
+# or None (no value: `tcp dport` of a UDP packet).
+Val = IPAddress | int | str | frozenset[str] | tuple["Val", ...] | None
+Dist = list[tuple[float, Val]]  # (probability, value), probabilities adding up to 1
 
 
-def _values(t: _Table, e: tuple[Any, ...], b: _Branch) -> Dist:
-    kind = e[0]
+def _values(t: _Table, e: Expr, b: _Branch) -> Dist:
     pkt = b.pkt
-    if kind == "addr":
-        return [(1.0, pkt.src if e[1] == "saddr" else pkt.dst)]
-    if kind == "port":
-        proto, which = e[1], e[2]
-        if proto != "th" and proto != pkt.proto:
+    if isinstance(e, Payload):
+        if e.protocol in ("ip", "ip6"):
+            return [(1.0, pkt.src if e.field == "saddr" else pkt.dst)]
+        if e.protocol != "th" and e.protocol != pkt.proto:
             return [(1.0, None)]  # `tcp dport` on a UDP packet: no value, nothing matches
-        return [(1.0, pkt.dport if which == "dport" else pkt.sport)]
-    if kind == "l4proto":
-        return [(1.0, pkt.proto)]
-    if kind == "mark":
-        return [(1.0, pkt.mark)]
-    if kind == "ct":
-        return [(1.0, frozenset({"new"}) if e[1] == "state" else frozenset({"dnat"} if b.dnat else ()))]
-    if kind == "fib":
-        addr = pkt.src if e[1] == "saddr" else pkt.dst
+        return [(1.0, pkt.dport if e.field == "dport" else pkt.sport)]
+    if isinstance(e, Meta):
+        return [(1.0, pkt.proto if e.key == "l4proto" else pkt.mark if e.key == "mark" else pkt.in_iface or "")]
+    if isinstance(e, Ct):
+        return [(1.0, frozenset({"new"}) if e.key == "state" else frozenset({"dnat"} if b.dnat else ()))]
+    if isinstance(e, Fib):
+        addr = pkt.src if e.address == "saddr" else pkt.dst
         return [(1.0, "local" if _is_local(addr, pkt) else "unicast")]
-    if kind == "iface":
-        return [(1.0, pkt.in_iface or "")]
-    if kind == "numgen":
-        _, mod, offset = e
-        return [(1 / mod, i + offset) for i in range(mod)]
-    if kind == "literal":
-        return [(1.0, e[1])]
-    if kind == "concat":
+    if isinstance(e, Numgen):
+        return [(1 / e.mod, i + e.offset) for i in range(e.mod)]
+    if isinstance(e, Number):
+        return [(1.0, e.value)]
+    if isinstance(e, Concat):
         dist: Dist = [(1.0, ())]
-        for part in e[1]:
-            dist = [(p * q, (*v, w)) for p, v in dist for q, w in _values(t, part, b)]
+        for part in e.parts:
+            dist = [(p * q, (*_parts(v), w)) for p, v in dist for q, w in _values(t, part, b)]
         return dist
-    if kind == "bitwise":
-        _, op, inner, operand = e
-        out = []
-        for p, v in _values(t, inner, b):
-            v = int(v)
-            out.append((p, v & operand if op == "&" else v | operand if op == "|" else v ^ operand))
-        return out
-    raise _NotUnderstood(f"expression {kind}")
+    op, operand = e.op, e.operand
+    out: Dist = []
+    for p, v in _values(t, e.inner, b):
+        n = _number(v)
+        out.append((p, n & operand if op == "&" else n | operand if op == "|" else n ^ operand))
+    return out
 
 
-def _text(v: Any) -> str:
+def _parts(v: Val) -> tuple[Val, ...]:
+    return v if isinstance(v, tuple) else (v,)
+
+
+def _number(v: Val) -> int:
+    if not isinstance(v, int):
+        raise NotUnderstood(f"{v!r} is not a number")
+    return v
+
+
+def _text(v: Val) -> str:
     if isinstance(v, tuple):
         return " . ".join(_text(x) for x in v)
     return str(v)
 
 
-def _truth(t: _Table, left: tuple[Any, ...], op: str, right: tuple[Any, ...], b: _Branch) -> float:
-    """Probability that `left op right` holds."""
+def _truth(t: _Table, m: Match, b: _Branch) -> float:
+    """Probability that the match holds."""
     p_true = 0.0
-    for p, v in _values(t, left, b):
-        if _compare(t, v, right, b) == (op == "=="):
+    for p, v in _values(t, m.left, b):
+        if _compare(t, v, m.right) == (m.op == "=="):
             p_true += p
     return p_true
 
 
-def _compare(t: _Table, v: Any, right: tuple[Any, ...], b: _Branch) -> bool:
+def _compare(t: _Table, v: Val, right: Operand) -> bool:
     if v is None:
         return False
-    kind = right[0]
-    if kind == "ref":
-        s = t.sets.get(right[1])
+    if isinstance(right, SetRef):
+        s = t.sets.get(right.name)
         if s is None:
-            raise _NotUnderstood(f"set @{right[1]} does not exist")
+            raise NotUnderstood(f"set @{right.name} does not exist")
         if s.dynamic:
             return False  # nobody seen yet: a first connection
         return _in_set(t, s, v)
-    if kind == "anon":
-        return any(_equal(v, item) for item in right[1])
-    return _equal(v, right[1])
+    if isinstance(right, AnonSet):
+        return any(_equal(v, item.unquoted) for item in right.items)
+    return _equal(v, right.unquoted)
 
 
-def _in_set(t: _Table, s: NamedSet, v: Any) -> bool:
+def _in_set(t: _Table, s: NamedSet, v: Val) -> bool:
     index = t.elements(s.name) or {}
     if _norm_key(_text(v)) in index:
         return True
@@ -343,7 +379,7 @@ def _in_set(t: _Table, s: NamedSet, v: Any) -> bool:
     return False
 
 
-def _equal(v: Any, literal: str) -> bool:
+def _equal(v: Val, literal: str) -> bool:
     if isinstance(v, frozenset):  # ct state / ct status: any of the listed flags
         return bool(v & set(literal.split(",")))
     if isinstance(v, (IPv4Address, IPv6Address)):
@@ -370,14 +406,14 @@ def _equal(v: Any, literal: str) -> bool:
     return str(v) == literal
 
 
-def _lookup(t: _Table, key: tuple[Any, ...], table: tuple[Any, ...], b: _Branch) -> list[tuple[float, str | None]]:
+def _lookup(t: _Table, key: Expr, table: Table, b: _Branch) -> list[tuple[float, str | None]]:
     """A map lookup, for each value the key can take: (probability, mapped value or None)."""
-    if table[0] == "ref":
-        found = t.elements(table[1])
+    if isinstance(table, SetRef):
+        found = t.elements(table.name)
         if found is None:
-            raise _NotUnderstood(f"map @{table[1]} does not exist")
+            raise NotUnderstood(f"map @{table.name} does not exist")
     else:
-        found = table[1]
+        found = _anonymous(table)
     out: dict[str | None, float] = {}
     for p, v in _values(t, key, b):
         value = found.get(_norm_key(_text(v)))
@@ -387,19 +423,16 @@ def _lookup(t: _Table, key: tuple[Any, ...], table: tuple[Any, ...], b: _Branch)
     return [(p, value) for value, p in out.items()]
 
 
-def _dnat_targets(t: _Table, target: tuple[Any, ...], b: _Branch) -> list[tuple[float, str | None]]:
-    if target[0] == "literal":
-        return [(1.0, target[1])]
-    _, key, table = target
-    return [(p, _hostport(v) if v else None) for p, v in _lookup(t, key, table, b)]
+@lru_cache(maxsize=10_000)
+def _anonymous(table: AnonMap) -> dict[str, str | None]:
+    """An anonymous map's entries by normalised key (as _Table.elements indexes a named one)."""
+    return {_norm_key(k): v for k, v in table.entries}
 
 
-def _hostport(value: str) -> str:
-    """A map value `addr . port` as a dnat target `addr:port` (`[v6]:port`)."""
-    host, _, port = value.partition(" . ")
-    host = host.strip()
-    shown = f"[{host}]" if ":" in host else host
-    return f"{shown}:{port.strip()}" if port else shown
+def _dnat_targets(t: _Table, to: Value | MapLookup, b: _Branch) -> list[tuple[float, str | None]]:
+    if isinstance(to, Value):
+        return [(1.0, to.text)]
+    return [(p, hostport(v) if v else None) for p, v in _lookup(t, to.key, to.table, b)]
 
 
 def _split_hostport(text: str) -> tuple[IPAddress, int | None]:
@@ -445,190 +478,3 @@ def _collect(done: list[_Branch]) -> list[Outcome]:
         p = b.p + (old.probability if old else 0.0)
         merged[key] = Outcome(p, verdict, b.dnat, masq, tuple(b.steps), b.reason, tuple(b.unknown))
     return sorted(merged.values(), key=lambda o: (-o.probability, o.destination or ""))
-
-
-# ── parsing the canonical rule spelling ──────────────────────────────────────────────────────────
-
-class _NotUnderstood(Exception):
-    pass
-
-
-_VERDICTS = ("accept", "drop", "return", "continue")
-_MASQUERADE_FLAGS = ("fully-random", "random", "persistent")
-
-
-class _Tokens:
-    def __init__(self, text: str) -> None:
-        self.words = text.replace("{", " { ").replace("}", " } ").replace(",", " , ").split()
-        self.i = 0
-
-    def peek(self, ahead: int = 0) -> str | None:
-        j = self.i + ahead
-        return self.words[j] if j < len(self.words) else None
-
-    def take(self, *expected: str) -> str:
-        word = self.peek()
-        if word is None or (expected and word not in expected):
-            raise _NotUnderstood(f"expected {' or '.join(expected) or 'more'} at {word!r}")
-        self.i += 1
-        return word
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.words[self.i:])
-
-
-@lru_cache(maxsize=100_000)
-def _parse(rule: str) -> tuple[tuple[Any, ...], ...]:
-    tok = _Tokens(rule)
-    out: list[tuple[Any, ...]] = []
-    while tok.peek() is not None:
-        out.append(_parse_statement(tok))
-    return tuple(out)
-
-
-def _parse_statement(tok: _Tokens) -> tuple[Any, ...]:
-    word = tok.peek()
-    if word in ("jump", "goto"):
-        tok.take()
-        return ("verdict", (word, tok.take()))
-    if word in _VERDICTS:
-        tok.take()
-        return ("verdict", (word,))
-    if word == "reject":
-        tok.take()
-        if tok.peek() == "with":  # `reject with icmp type …`: the kind of refusal does not matter here
-            tok.i = len(tok.words)
-        return ("verdict", ("reject",))
-    if word == "masquerade":
-        tok.take()
-        while tok.peek() in _MASQUERADE_FLAGS:
-            tok.take()
-        return ("masquerade",)
-    if word == "dnat":
-        tok.take()
-        if tok.peek() in ("ip", "ip6"):
-            tok.take()
-        tok.take("to")
-        if tok.peek() in _EXPRESSION_STARTS:
-            key = _parse_expr(tok)
-            tok.take("map")
-            return ("dnat", ("map", key, _parse_table(tok)))
-        return ("dnat", ("literal", tok.take()))
-    if word in ("update", "add"):
-        tok.take()
-        name = tok.take()
-        if not name.startswith("@"):
-            raise _NotUnderstood(f"{word} of {name}")
-        tok.take("{")
-        _parse_expr(tok)
-        tok.take("}")
-        return ("update", name[1:])
-    if word == "counter":
-        tok.take()
-        return ("update", None)
-    left = _parse_expr(tok)
-    nxt = tok.peek()
-    if nxt == "vmap":
-        tok.take()
-        return ("vmap", left, _parse_table(tok))
-    if nxt == "set":
-        tok.take()
-        if left[0] != "mark":
-            raise _NotUnderstood("only `meta mark set` is understood")
-        return ("mark", _parse_expr(tok))
-    op = "=="
-    if nxt in ("==", "!="):
-        op = tok.take()
-    return ("match", left, op, _parse_value(tok))
-
-
-_EXPRESSION_STARTS = ("ip", "ip6", "meta", "th", "tcp", "udp", "sctp", "ct", "fib", "numgen", "iifname")
-
-
-def _parse_expr(tok: _Tokens) -> tuple[Any, ...]:
-    parts = [_parse_primary(tok)]
-    while tok.peek() == ".":
-        tok.take()
-        parts.append(_parse_primary(tok))
-    expr = parts[0] if len(parts) == 1 else ("concat", tuple(parts))
-    if tok.peek() in ("&", "|", "^"):
-        op = tok.take()
-        expr = ("bitwise", op, expr, int(tok.take(), 0))
-    return expr
-
-
-def _parse_primary(tok: _Tokens) -> tuple[Any, ...]:
-    word = tok.take()
-    if word in ("ip", "ip6"):
-        return ("addr", tok.take("saddr", "daddr"))
-    if word == "meta":
-        key = tok.take("l4proto", "mark")
-        return (key,)
-    if word in ("th", "tcp", "udp", "sctp"):
-        return ("port", word, tok.take("dport", "sport"))
-    if word == "ct":
-        return ("ct", tok.take("state", "status"))
-    if word == "fib":
-        which = tok.take("saddr", "daddr")
-        tok.take("type")
-        return ("fib", which)
-    if word == "iifname":
-        return ("iface",)
-    if word == "numgen":
-        tok.take("random")
-        tok.take("mod")
-        mod = int(tok.take())
-        offset = 0
-        if tok.peek() == "offset":
-            tok.take()
-            offset = int(tok.take())
-        return ("numgen", mod, offset)
-    if word[:1].isdigit():
-        return ("literal", int(word, 0))
-    raise _NotUnderstood(f"expression {word!r}")
-
-
-def _parse_value(tok: _Tokens) -> tuple[Any, ...]:
-    word = tok.take()
-    if word.startswith("@"):
-        return ("ref", word[1:])
-    if word == "{":
-        items = []
-        while (w := tok.take()) != "}":
-            if w != ",":
-                items.append(_unquote(w))
-        return ("anon", tuple(items))
-    parts = [word]
-    while tok.peek() == ".":  # a concatenated literal, `a . b`
-        tok.take()
-        parts.append(tok.take())
-    return ("literal", _unquote(" . ".join(parts)))
-
-
-def _parse_table(tok: _Tokens) -> tuple[Any, ...]:
-    """`@name`, or an anonymous map `{ k : v, … }` (keys normalised as _Table.elements does)."""
-    word = tok.take()
-    if word.startswith("@"):
-        return ("ref", word[1:])
-    if word != "{":
-        raise _NotUnderstood(f"map {word!r}")
-    entries: dict[str, str] = {}
-    key: list[str] = []
-    value: list[str] = []
-    target = key
-    while (w := tok.take()) != "}":
-        if w == ":":
-            target = value
-        elif w == ",":
-            entries[_norm_key(" ".join(key))] = " ".join(value)
-            key, value = [], []
-            target = key
-        else:
-            target.append(w)
-    if key:
-        entries[_norm_key(" ".join(key))] = " ".join(value)
-    return ("anon", entries)
-
-
-def _unquote(word: str) -> str:
-    return word[1:-1] if len(word) >= 2 and word[0] == word[-1] == '"' else word
