@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from netkit.lab.cluster import build, lifecycle, state
+from netkit.lab.cluster import build, lifecycle, plan, state
 from netkit.lab.cluster.api import Api
 from netkit.lab.sockets import connect
+from netkit.lab.state import DEFAULT_STATE_DIR, STATE_DIR_ENV
 from tests.conftest import need_root_and
 
 pytestmark = pytest.mark.netns
@@ -95,13 +97,36 @@ def test_down_after_a_crash_leaves_nothing() -> None:
 @pytest.mark.parametrize("args", [
     ("up", "--nodes", "0"), ("up", "--mode", "userspace"), ("up", "--frobnicate"), ("up", "--dns-pods", "0"),
     ("scale", "web"),
-    ("down", "zzzzzz"), ("status", "--cluster", "zzzzzz"), ("frob",),
+    ("down", "zzzzzz"), ("status", "--cluster", "zzzzzz"), ("frob",), ("down", "--everything"), ("drain",),
+    ("trace", "web-1"), ("status", "-o", "yaml"), ("kubeconfig", "--cluster", "zzzzzz"), ("exec", "-c", "zzzzzz", "x"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...]) -> None:
     bad = netkit(*args)
     assert bad.returncode == 2
     assert bad.stderr.startswith("netkit: error: ") and bad.stderr.count("\n") == 1, bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("why", ["not root", "no nft"])
+def test_up_without_root_or_a_tool_creates_nothing(tmp_path: Path, why: str) -> None:
+    """Checked before anything is made: one line, exit 2, no record, no namespace."""
+    need_root_and("ip", "unshare")
+    state_dir = tmp_path / "state"
+    env = {**os.environ, STATE_DIR_ENV: str(state_dir)}
+    argv = [sys.executable, "-m", "netkit", "lab", "cluster", "up", "--nodes", "2", "--mode", "nftables"]
+    if why == "not root":
+        argv = ["unshare", "--user", *argv]  # a user namespace without a mapping: euid 65534
+        says = "needs root"
+    else:
+        tools = tmp_path / "bin"
+        tools.mkdir()
+        (tools / "ip").symlink_to(shutil.which("ip") or "/usr/sbin/ip")
+        env["PATH"] = str(tools)
+        says = "--mode nftables needs nft (not installed)"
+    failed = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1 and says in failed.stderr, failed.stderr
+    prefix = plan.netns_prefix(str(state_dir.resolve()), str(DEFAULT_STATE_DIR))
+    assert not state_dir.exists() and build.leftovers(prefix=prefix) == []
 
 
 def test_a_cluster_that_cannot_be_built_is_removed_before_the_error() -> None:
