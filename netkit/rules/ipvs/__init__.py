@@ -8,7 +8,7 @@ Theory of operation (the same pipeline as every backend):
   virtual servers, real servers (graceful termination: a removed TCP real server with live
   connections is set to weight 0 and deleted by a later plan once it has none; UDP/SCTP at once),
   and the iptables payload only when its digest changed. Pure.
-- `kernel.IPVSKernel`: dump (only what netkit owns) and apply through netlink (pyroute2) plus
+- `kernel.IPVSKernel`: dump (only what netkit owns) and apply through netlink (`netlink.py`, batched) plus
   `ip`, `ipset` and `iptables-restore`, optionally inside a named network namespace.
   `fake.FakeKernel` has the same semantics and refuses what the kernel refuses, for unit tests.
 

@@ -13,7 +13,7 @@ termination; they are not part of a real server's identity or equality.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from ipaddress import ip_address
 from typing import TYPE_CHECKING
@@ -249,7 +249,7 @@ def parse(text: str) -> Ruleset:
     payload = ipt.parse("\n".join(sections.get("iptables", [])), family)
     return Ruleset(family, _parse_ipvs(sections.get("ipvs", []), family),
                    frozenset(ip_address(a.split()[3].split("/")[0]) for a in sections.get("addresses", [])),
-                   _parse_sets(sections.get("ipsets", []), family), payload)
+                   parse_sets(sections.get("ipsets", []), family), payload)
 
 
 def _parse_ipvs(lines: list[str], family: IPFamily) -> tuple[VirtualServer, ...]:
@@ -273,13 +273,22 @@ def _with_reals(s: VirtualServer, reals: tuple[RealServer, ...]) -> VirtualServe
     return replace(s, reals=tuple(sorted(reals)))
 
 
-def _parse_sets(lines: list[str], family: IPFamily) -> tuple[IPSet, ...]:
-    sets: dict[str, IPSet] = {}
+def parse_sets(lines: Iterable[str], family: IPFamily,
+               wanted: Callable[[str], bool] | None = None) -> tuple[IPSet, ...]:
+    """Sets in `ipset save` syntax (a kernel dump's, or render's section), sorted by name: the one
+    reader of them. `wanted(name)` picks the sets to read (default: all); a hash set of the other
+    family is skipped (`ipset save` lists both; bitmap sets have no family). Linear in the lines:
+    KUBE-LOOP-BACK holds an entry per endpoint."""
+    types: dict[str, str] = {}
+    entries: dict[str, list[str]] = {}
+    v6 = family is IPFamily.IPV6
     for line in lines:
         words = line.split()
-        if words[0] == "create":
-            sets[words[1]] = IPSet(words[1], words[2], family)
-        elif words[0] == "add":
-            s = sets[words[1]]
-            sets[words[1]] = IPSet(s.name, s.type, s.family, s.entries | {words[2]})
-    return tuple(sorted(sets.values(), key=lambda s: s.name))
+        if len(words) < 3 or (wanted is not None and not wanted(words[1])):
+            continue
+        if words[0] == "create" and (words[2].startswith("bitmap") or ("inet6" in words) == v6):
+            types[words[1]] = words[2]
+            entries[words[1]] = []
+        elif words[0] == "add" and words[1] in entries:
+            entries[words[1]].append(words[2])
+    return tuple(IPSet(name, types[name], family, frozenset(entries[name])) for name in sorted(types))
