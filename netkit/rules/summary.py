@@ -22,10 +22,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from netkit.model import IPFamily, NodeState
+from netkit.model import IPFamily, NodeState, Protocol
 from netkit.rules.iptables import names as ipt_names
 from netkit.rules.iptables import rule as ipt_rule
 from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
+from netkit.rules.ipvs import names as ipvs_names
 from netkit.rules.ipvs import ruleset as ipvs_rs
 from netkit.rules.nftables import names as nft_names
 from netkit.rules.nftables.ruleset import Ruleset as NftRuleset
@@ -181,7 +182,8 @@ _CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("firewall", re.compile(r"KUBE-FW-|KUBE-PROXY-FIREWALL|^fw-|goto fw-|firewall|LOAD-BALANCER-SOURCE")),
     ("affinity", re.compile(r"-m recent|@aff-|^aff-|persistent")),
     ("masquerade", re.compile(r"KUBE-MARK-MASQ|mark-for-masquerade|masquerade")),
-    ("policy", re.compile(r"KUBE-SVL|^nat SVL |local endpoints|^local-|goto local-|fib saddr type local|KUBE-XLB-")),
+    ("policy", re.compile(r"KUBE-SVL|^nat SVL |local endpoints|^local-|goto local-|fib saddr type local|KUBE-XLB-"
+                          r"|traffic policy Local")),
     ("verdict", re.compile(r"-j (REJECT|DROP)|: (drop|reject)$|reject-chain$|has no endpoints")),
     ("dnat", re.compile(r"DNAT|dnat|KUBE-SEP-|KUBE-SVC-|probability|numgen|^svc-|^real ")),
 )
@@ -319,7 +321,12 @@ def nftables_objects(ruleset: NftRuleset | None, names: Mapping[str, str]) -> di
 
 
 def ipvs_objects(ruleset: ipvs_rs.Ruleset) -> dict[str, set[str]]:
+    """Each service port's virtual servers and real servers, and the ipset entries that name them
+    (what IPVS mode writes per Service besides the virtual servers), labelled with the aspect the
+    set stands for: masquerade, policy (the *-LOCAL sets and the eTP=Local fwmark virtual server),
+    firewall (source ranges), the no-endpoints reject; a real server's hairpin entry goes with it."""
     out: dict[str, set[str]] = {}
+    sets = _ipvs_sets(ruleset)
     for vs in ruleset.services:
         if not vs.comment:
             key = str(vs.key)
@@ -327,11 +334,64 @@ def ipvs_objects(ruleset: ipvs_rs.Ruleset) -> dict[str, set[str]]:
             name, _, _kind = vs.comment.partition(" ")
             key = f"{name}/{vs.protocol.lower}"
         own = out.setdefault(key, set())
-        own.add(f"virtual {vs.address()} scheduler {vs.scheduler}")
+        policy = " (external traffic policy Local, in-cluster)" if vs.fwmark else ""
+        own.add(f"virtual {vs.address()} scheduler {vs.scheduler}{policy}")
         if vs.persistent:
             own.add(f"virtual {vs.address()} persistent {vs.persistent}")
         own.update(f"real {vs.address()} {ipvs_rs.hostport(r.ip, r.port)} {r.weight}" for r in vs.reals)
+        own.update(_ipvs_entries(vs, ruleset, sets))
     return out
+
+
+# ipset base name → what its entries are for, in the words of the aspects (see _CLASSES)
+_IPVS_SET_ASPECT = {
+    ipvs_names.CLUSTER_IP: "masquerade", ipvs_names.EXTERNAL_IP: "masquerade", ipvs_names.LOAD_BALANCER: "masquerade",
+    ipvs_names.EXTERNAL_IP_LOCAL: "local endpoints", ipvs_names.LOAD_BALANCER_LOCAL: "local endpoints",
+    ipvs_names.LOAD_BALANCER_FW: "firewall", ipvs_names.LOAD_BALANCER_SOURCE_CIDR: "firewall",
+    ipvs_names.HEALTH_CHECK_NODE_PORT: "local endpoints",
+    **{ipvs_names.NODE_PORT.format(proto=p.value): "masquerade" for p in Protocol},
+    **{ipvs_names.NODE_PORT_LOCAL.format(proto=p.value): "local endpoints" for p in Protocol},
+}
+
+
+def _ipvs_sets(ruleset: ipvs_rs.Ruleset) -> list[tuple[str, str, frozenset[str], dict[str, list[str]]]]:
+    """(set name, aspect, entries, entries by their "ip,proto:port" head for hash:…,net sets)."""
+    out = []
+    for s in ruleset.sets:
+        base = next((b for b in (*_IPVS_SET_ASPECT, ipvs_names.NO_ENDPOINTS)
+                     if ipvs_names.set_name(b, ruleset.family) == s.name), None)
+        if base is None:
+            continue
+        heads: dict[str, list[str]] = {}
+        if s.type.endswith(",net"):
+            for e in s.entries:
+                heads.setdefault(e.rpartition(",")[0], []).append(e)
+        out.append((s.name, _IPVS_SET_ASPECT.get(base, "reject"), s.entries, heads))
+    return out
+
+
+def _ipvs_entries(vs: ipvs_rs.VirtualServer, ruleset: ipvs_rs.Ruleset,
+                  sets: list[tuple[str, str, frozenset[str], dict[str, list[str]]]]) -> set[str]:
+    if vs.ip is None:
+        return set()
+    ipport = f"{vs.ip},{vs.protocol.lower}:{vs.port}"
+    node_port = vs.ip not in ruleset.addresses  # a NodePort's virtual server is on a node address
+    found: set[str] = set()
+    for name, aspect, entries, heads in sets:
+        if aspect == "reject":  # KUBE-NO-ENDPOINTS: the whole Service rejects only when its cluster IP does
+            if ipport in entries:
+                found.add(f"set {name} {ipport}: reject" if not node_port and not vs.comment.endswith(
+                    ("external IP", "loadbalancer IP", "nodePort")) else f"set {name} {ipport} rejected")
+            continue
+        hits = heads.get(ipport, []) if heads else [e for e in (str(vs.port) if node_port else ipport,) if e in entries]
+        found.update(f"set {name} {e} ({aspect})" for e in hits)
+    loop = ipvs_names.set_name(ipvs_names.LOOP_BACK, ruleset.family)
+    hairpin = next((s.entries for s in ruleset.sets if s.name == loop), frozenset())
+    for r in vs.reals:
+        entry = f"{r.ip},{vs.protocol.lower}:{r.port},{r.ip}"
+        if entry in hairpin:  # an endpoint's hairpin masquerade goes with its real server
+            found.add(f"real {vs.address()} {ipvs_rs.hostport(r.ip, r.port)} hairpin")
+    return found
 
 
 def _count(endpoints: tuple[str, ...]) -> str:

@@ -65,10 +65,6 @@ def _names(*sides: list[dict[str, Any]]) -> dict[str, str]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_each_change_is_named_per_service(mode: str, case: str) -> None:
     after, op, aspects = CASES[case]
-    if mode == "ipvs" and case == "external policy Local":
-        # IPVS keeps traffic policy in ipsets and iptables rules that carry no Service name: the change
-        # is still shown on the Service's line, as "rules" rather than "policy" (docs/cli.md)
-        aspects = {"rules"}
     changes = _summary(mode, BASE, after)
     assert [c.service.display() for c in changes] == ["default/web:http"], changes
     (c,) = changes
@@ -167,3 +163,23 @@ def test_ipv6_jumps_are_named_ip6tables() -> None:
     new = be.compile(_state(v6), Config(), IPFamily.IPV6)
     text = be.describe_plan(be.plan(old, new))
     assert "+ ip6tables -t nat -I PREROUTING" in text and "+ iptables " not in text
+
+
+def lb(**spec: Any) -> dict[str, Any]:
+    return f.service(type="LoadBalancer", ports=[{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30080}],
+                     status={"loadBalancer": {"ingress": [{"ip": "192.0.2.50"}]}}, **spec)
+
+
+@pytest.mark.parametrize(("before", "after", "op", "want", "not_wanted"), [
+    # an endpoint's hairpin set entry goes with its real server: no "masquerade" on an endpoint change
+    (BASE, CASES["endpoint added"][0], "change", {"endpoints"}, {"masquerade", "rules", "verdict"}),
+    # eTP=Local: the *-LOCAL set entries and the in-cluster fwmark virtual server; the cluster IP still serves
+    (BASE, [web(externalTrafficPolicy="Local"), BASE[1]], "change", {"policy"}, {"rules", "verdict"}),
+    ([lb(), BASE[1]], [lb(loadBalancerSourceRanges=["198.51.100.0/24"]), BASE[1]], "change", {"firewall"},
+     {"rules", "verdict"}),
+    ([], BASE, "add", {"masquerade", "endpoints"}, set()),
+])
+def test_ipvs_summaries_name_what_the_ipsets_do(before: list[dict[str, Any]], after: list[dict[str, Any]], op: str,
+                                                want: set[str], not_wanted: set[str]) -> None:
+    (c,) = _summary("ipvs", before, after)
+    assert c.op.value == op and want <= set(c.aspects) and not not_wanted & set(c.aspects), c.aspects
