@@ -30,7 +30,7 @@ from netkit.model import (
 from netkit.model.state import ServicePortState
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel, load_nftables_module
-from netkit.rules.nftables.plan import Transaction, plan
+from netkit.rules.nftables.plan import Transaction, plan, render_prelude, render_transaction
 from netkit.rules.nftables.rule import read
 from netkit.rules.nftables.ruleset import Chain, Element
 from netkit.sources.manifests import load
@@ -209,7 +209,8 @@ def test_a_commit_by_someone_else_during_an_apply_is_noticed(netns: str) -> None
 
     def send_and_edit(script: str, *, big: bool = False) -> int:
         sent = send(script, big=big)
-        nft(netns, "add", "rule", "ip", "netkit", "services", "counter")
+        if "jump services" in script:  # the table's transaction (not its prelude of affinity sets)
+            nft(netns, "add", "rule", "ip", "netkit", "services", "counter")
         return sent
 
     k.send = send_and_edit  # type: ignore[method-assign]
@@ -217,3 +218,42 @@ def test_a_commit_by_someone_else_during_an_apply_is_noticed(netns: str) -> None
     k.send = send  # type: ignore[method-assign]
     live = k.dump_reusing(a)
     assert live is not a and live != a
+
+
+def _sticky(services: int, endpoints: int) -> NodeState:
+    """`services` ClientIP-affinity services of `endpoints` each (one dynamic set per endpoint)."""
+    ports = []
+    for s in range(services):
+        eps = tuple(EndpointAddr(ip_address(f"10.244.{s}.{h + 1}"), 8080) for h in range(endpoints))
+        ports.append(ServicePortState(ServicePortName(ObjectRef("default", f"sticky{s}"), "http"), IPFamily.IPV4,
+                                      Protocol.TCP, ip_address(f"10.96.1.{s + 1}"), 80, affinity_timeout=600,
+                                      endpoints=eps, cluster_endpoints=eps, has_endpoints=True))
+    return NodeState(NodeInfo("node-a"), tuple(ports))
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_affinity_sets_are_created_alone_before_the_rules_that_use_them(netns: str, transport: str) -> None:
+    """nft 1.0.6 sizes a dynamic set created beside a rule that updates it for 65535 elements, which
+    the kernel allocates at once (~2 MB a set): each transaction's new dynamic sets go first, alone
+    and without a size. If the transaction after them is refused, only those unused sets stay, and a
+    plan from the kernel's table finishes the job."""
+    a = compile(_sticky(20, 3), CONFIG, IPFamily.IPV4)
+    tx = plan(None, a)
+    pre, main = render_prelude(tx), render_transaction(tx)
+    assert pre.count("add set ip netkit aff-") == 60 and "size" not in pre and "aff-" not in main.split("chain")[0]
+    k = kernel(netns, "ip", transport)
+    k.apply(tx)
+    assert k.dump() == a  # the kernel reports size 65535 once a rule binds a set, as compiled
+    b = compile(_sticky(22, 3), CONFIG, IPFamily.IPV4)
+    good = plan(a, b)
+    assert render_prelude(good).count("add set") == 6
+    bad = replace(good, rules=(*good.rules, Chain("services", ("jump no-such-chain",))))
+    with pytest.raises(KernelError):
+        k.apply(bad)
+    live = k.dump()
+    assert live is not None and live != a
+    extra = {s.name for s in live.sets} - {s.name for s in a.sets}
+    assert len(extra) == 6 and all(s.dynamic for s in live.sets if s.name in extra)
+    assert not any(c.set_refs() & extra for c in live.chains), "nothing uses the sets created first"
+    k.apply(plan(live, b))
+    assert k.dump() == b

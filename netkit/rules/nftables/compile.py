@@ -75,7 +75,7 @@ from netkit.rules.nodeports import nodeport_ips
 SHARDS = 64  # shared endpoint maps per protocol (only those in use are declared)
 STRIDE = 4096  # keys per endpoint chain in a shared map: its endpoints are O … O+N-1, O = slot × STRIDE
 SLOTS = 1 << 20  # STRIDE × SLOTS = 2³², the range of `numgen … offset` and of the map's 32-bit key
-AFFINITY_SET_SIZE = 65535  # nft's default for dynamic sets, written explicitly so a dump compares equal
+AFFINITY_SET_SIZE = 65535  # what the kernel reports once a rule binds a dynamic set; never sent (plan.py: prelude)
 _IFNAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 

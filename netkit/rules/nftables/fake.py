@@ -44,6 +44,11 @@ class FakeKernel:
         self.state = None
 
     def apply(self, tx: Transaction) -> None:
+        pre = tx.prelude()  # the new dynamic sets alone, first (plan.py), as NftKernel sends them
+        if pre is not None:
+            if self.state is None:  # its script adds the table
+                self.state = Ruleset(self.family, self.table)
+            self._commit(pre)
         self._commit(tx)
         follow = tx.followup()
         if follow:

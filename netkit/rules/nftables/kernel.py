@@ -30,7 +30,7 @@ from netkit import netns as netns_mod
 from netkit.errors import KernelError
 from netkit.rules.nftables.generation import Generation, netfilter_socket
 from netkit.rules.nftables.parse import parse
-from netkit.rules.nftables.plan import Transaction, render_transaction
+from netkit.rules.nftables.plan import Transaction, render_prelude, render_transaction
 from netkit.rules.nftables.ruleset import Ruleset
 
 # Debian installs python3-nftables for the system interpreter only; a virtualenv on another
@@ -76,10 +76,13 @@ class NftKernel:
         return self.dump()
 
     def apply(self, tx: Transaction) -> None:
-        """Send the transaction; then its deferred deletions as a second transaction."""
+        """Send the transaction's new dynamic sets alone (plan.py: `prelude`), the transaction, then
+        its deferred deletions as a second transaction."""
         self._known = None
         before = self._generation.read()
-        sent = self.send(render_transaction(tx), big=tx.create is not None)
+        pre = render_prelude(tx)
+        sent = self.send(pre, big=tx.create is not None) if pre else 0
+        sent += self.send(render_transaction(tx), big=tx.create is not None)
         follow = tx.followup()
         if follow:
             sent += self.send(render_transaction(follow))

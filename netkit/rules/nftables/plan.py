@@ -21,6 +21,16 @@ a second transaction is all the kernel needs, so the Kernel sends it right away.
 
 No table yet (`committed` None): the transaction creates the whole table in one batch.
 
+Dynamic sets first (`prelude`): the dynamic sets a transaction creates (ClientIP affinity, one per
+endpoint) are created in a transaction of their own just before it, without a size. nft 1.0.6 gives
+a set created in the same batch as a rule that updates it its default size 65535, and the kernel then
+allocates the set's hash table for that many elements at once: ~2 MB each here, so the 14,300
+affinity sets of 10,000 services (every 7th sticky) asked ~28 GB and the OOM killer ended nft.
+Created alone, a set gets no size and no such allocation; the kernel reports 65535 once a rule binds
+it, so a set's size is no part of what `plan` compares for a dynamic set. In between the two
+transactions the kernel holds the new sets and nothing that uses them: no packet sees a difference,
+and if the second is refused the unused sets stay until the next sync writes or deletes them.
+
 Speed: a 10,000-service table holds ~130k elements; hashing them all took ~130 ms of Python per sync.
 When both Rulesets are compiled (they carry a `Parts` index, see ruleset.py) — the daemon's case,
 which plans against the Ruleset it committed last — `narrow` first finds the service ports whose
@@ -77,6 +87,14 @@ class Transaction:
                                            f"{gone_chains} chains, {len(self.delete_sets)} sets, "
                                            f"{len(self.delete_elements)} elements deleted")
 
+    def prelude(self) -> Transaction | None:
+        """The dynamic sets this transaction creates, as the transaction of their own sent first (a
+        redefined one, deleted and created again, stays in this one)."""
+        early = _early_sets(self)
+        if not early:
+            return None
+        return Transaction(self.family, self.table, add_sets=early)
+
     def followup(self) -> Transaction | None:
         if not self.deferred_chains:
             return None
@@ -94,8 +112,7 @@ def plan(committed: Ruleset | None, desired: Ruleset, *, defer: bool = True) -> 
         committed, desired = narrowed
     old_sets, new_sets = committed.set_map(), desired.set_map()
     old_chains, new_chains = committed.chain_map(), desired.chain_map()
-    redefined = {n for n in old_sets.keys() & new_sets.keys()
-                 if old_sets[n].definition() != new_sets[n].definition()}
+    redefined = {n for n in old_sets.keys() & new_sets.keys() if _compared(old_sets[n]) != _compared(new_sets[n])}
     stale_sets = (old_sets.keys() - new_sets.keys()) | redefined
     rewrite, recreate = chain_changes(old_chains, new_chains, stale_sets)
     stale_chains = sorted(old_chains.keys() - new_chains.keys())
@@ -170,6 +187,20 @@ def _find(sets: tuple[NamedSet, ...], name: str) -> NamedSet:
     return sets[i]
 
 
+def _compared(s: NamedSet) -> NamedSet:
+    """What a set's recreation depends on: its definition, without the size of a dynamic set (the
+    kernel sets 65535 once a rule binds it; created alone it has none: see `prelude`)."""
+    d = s.definition()
+    return replace(d, size=None) if d.dynamic else d
+
+
+def _early_sets(tx: Transaction) -> tuple[NamedSet, ...]:
+    if tx.create is not None:
+        return tuple(s for s in tx.create.sets if s.dynamic)
+    redefined = {s.name for s in tx.delete_sets}
+    return tuple(s for s in tx.add_sets if s.dynamic and s.name not in redefined)
+
+
 def chain_changes(old: dict[str, Chain], new: dict[str, Chain], stale_sets: set[str]) -> tuple[set[str], set[str]]:
     """(chains to rewrite in place, chains to delete and recreate because their hook changed)."""
     rewrite: set[str] = set()
@@ -200,14 +231,28 @@ def element_changes(old: dict[str, NamedSet], new: dict[str, NamedSet],
 # ── the transaction as an nft script ─────────────────────────────────────────────────────────────
 
 def render_transaction(tx: Transaction) -> str:
-    """The `nft -f` script of one transaction (without its follow-up)."""
+    """The `nft -f` script of one transaction (without its prelude and follow-up)."""
     return "".join(line + "\n" for line in script(tx))
 
 
+def render_prelude(tx: Transaction) -> str:
+    """The `nft -f` script of the transaction's prelude (its new dynamic sets, without a size), or ""."""
+    early = _early_sets(tx)
+    if not early:
+        return ""
+    t = f"{tx.family} {tx.table}"
+    lines = [f"add table {t}"] if tx.create is not None else []
+    lines.extend(f"add set {t} {s.name} {set_spec(s, size=False)}" for s in early)
+    return "".join(line + "\n" for line in lines)
+
+
 def render_plan(tx: Transaction) -> str:
-    """The `nft -f` script of the transaction; a deferred second transaction follows after a
-    comment line (the Kernel sends it separately)."""
-    text = render_transaction(tx)
+    """The `nft -f` scripts of the transaction: its prelude of dynamic sets, then the transaction,
+    then a deferred second transaction, each after a comment line (the Kernel sends each alone)."""
+    pre = render_prelude(tx)
+    text = ("# dynamic sets first, alone (no size: see netkit/rules/nftables/plan.py):\n" + pre
+            + "# then:\n") if pre else ""
+    text += render_transaction(tx)
     follow = tx.followup()
     if follow:
         text += "# second transaction, once the first has committed:\n" + render_plan(follow)
@@ -216,9 +261,11 @@ def render_plan(tx: Transaction) -> str:
 
 def script(tx: Transaction) -> Iterator[str]:
     t = f"{tx.family} {tx.table}"
+    early = {s.name for s in _early_sets(tx)}  # created by the prelude
     if tx.create is not None:
         yield f"add table {t}"
-        bare = replace(tx.create, sets=tuple(st.definition() for st in tx.create.sets), parts=None)
+        bare = replace(tx.create, sets=tuple(st.definition() for st in tx.create.sets if st.name not in early),
+                       parts=None)
         yield from render(bare).splitlines()
         yield from element_commands("add", t, [(st.name, e) for st in tx.create.sets if not st.dynamic
                                                for e in sorted(st.elements)])
@@ -230,7 +277,8 @@ def script(tx: Transaction) -> Iterator[str]:
     for c in tx.add_chains:
         yield f"add chain {t} {c.name} {{ {hook_line(c.hook)} }}" if c.hook else f"add chain {t} {c.name}"
     for s in tx.add_sets:
-        yield f"add {'map' if s.is_map else 'set'} {t} {s.name} {set_spec(s)}"
+        if s.name not in early:
+            yield f"add {'map' if s.is_map else 'set'} {t} {s.name} {set_spec(s)}"
     yield from (f"add rule {t} {c.name} {rule}" for c in tx.rules for rule in c.rules)
     for s in tx.add_sets:
         if s.elements and not s.dynamic:

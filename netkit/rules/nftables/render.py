@@ -36,9 +36,9 @@ def set_block(s: NamedSet, *, with_elements: bool = True) -> Iterator[str]:
     yield "}"
 
 
-def set_attributes(s: NamedSet) -> Iterator[str]:
+def set_attributes(s: NamedSet, *, size: bool = True) -> Iterator[str]:
     yield type_line(s)
-    if s.size is not None:
+    if size and s.size is not None:
         yield f"size {s.size}"
     if s.flags:
         yield f"flags {','.join(s.flags)}"
@@ -84,6 +84,6 @@ def hook_line(h: Hook) -> str:
     return f"type {h.type} hook {h.hook} priority {h.priority}; policy {h.policy};"
 
 
-def set_spec(s: NamedSet) -> str:
-    """One-line body of `add set`/`add map`: `{ type …; flags …; }`."""
-    return "{ " + "".join(f"{a}; " for a in set_attributes(s)) + "}"
+def set_spec(s: NamedSet, *, size: bool = True) -> str:
+    """One-line body of `add set`/`add map`: `{ type …; flags …; }` (`size=False`: without the size)."""
+    return "{ " + "".join(f"{a}; " for a in set_attributes(s, size=size)) + "}"
