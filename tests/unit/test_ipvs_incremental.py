@@ -4,14 +4,17 @@ plan, applied by the fake kernel, turns the previous ruleset into the new one.""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 from ipaddress import ip_address
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netkit.config import Config, parse_cidrs
 from netkit.model import IPFamily, NodeState, Protocol, ServicePortState
+from netkit.model.state import PortChanges
 from netkit.rules.ipvs.backend import BACKEND
 from netkit.rules.ipvs.compile import Compiler, compile
 from netkit.rules.ipvs.fake import FakeKernel
@@ -46,8 +49,11 @@ def port(i: int, count: int, variant: int) -> ServicePortState:
 services = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6)), min_size=0, max_size=6)
 
 
-def states(steps: list[list[Spec]], cache: dict[tuple[int, int, int], ServicePortState]) -> list[NodeState]:
-    out = []
+def states(steps: list[list[Spec]], cache: dict[tuple[int, int, int], ServicePortState],
+           tell: bool = False) -> list[NodeState]:
+    """One state per step; with `tell`, each says how it differs from the one before
+    (NodeState.changes, as the daemon's StateBuilder does), so the compiler follows only those ports."""
+    out: list[NodeState] = []
     for specs in steps:
         ports = []
         for i, (count, variant) in enumerate(specs):
@@ -55,18 +61,25 @@ def states(steps: list[list[Spec]], cache: dict[tuple[int, int, int], ServicePor
             if key not in cache:  # an unchanged service port stays the very same object, as the store does
                 cache[key] = port(i, count, variant)
             ports.append(cache[key])
-        out.append(state(*ports))
+        st_ = state(*ports)
+        if tell and out:
+            was, now = {id(p) for p in out[-1].ports}, {id(p) for p in st_.ports}
+            gone = tuple(p for p in out[-1].ports if id(p) not in now)
+            st_ = replace(st_, changes=PortChanges(weakref.ref(out[-1]), gone,
+                                                   tuple(p for p in st_.ports if id(p) not in was)))
+        out.append(st_)
     return out
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(services, min_size=1, max_size=5), st.booleans())
-def test_incremental_compile_and_plan_equal_the_full_ones(steps: list[list[Spec]], node_moves: bool) -> None:
+@given(st.lists(services, min_size=1, max_size=5), st.booleans(), st.booleans())
+def test_incremental_compile_and_plan_equal_the_full_ones(steps: list[list[Spec]], node_moves: bool,
+                                                          tell: bool) -> None:
     compiler = Compiler(CFG, V4)
     cache: dict[tuple[int, int, int], ServicePortState] = {}
     fake = FakeKernel(V4)
     previous: Ruleset | None = None
-    for n, st_ in enumerate(states(steps, cache)):
+    for n, st_ in enumerate(states(steps, cache, tell)):
         if node_moves and n >= 2:  # another node address: every NodePort moves, the compiler starts over
             st_ = replace(st_, node=replace(NODE, ips=(ip_address("192.0.2.11"),)))
         desired = compiler.compile(st_)
@@ -133,3 +146,18 @@ def test_an_entry_that_goes_and_comes_back_in_one_compile_is_no_change() -> None
     assert not t.sets and not t.came["KUBE-LOOP-BACK"] and not t.went["KUBE-LOOP-BACK"]
     t.flip("KUBE-LOOP-BACK", "b", present=True)
     assert t.sets == {"KUBE-LOOP-BACK"} and t.came["KUBE-LOOP-BACK"] == {"b"}
+
+
+def test_a_told_change_is_followed_without_walking_every_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache: dict[tuple[int, int, int], ServicePortState] = {}
+    base = [(3, 2 if i % 4 == 0 else 1) for i in range(20)]  # eTP=Local ones among them: firewall marks
+    one_endpoint_less = [*base[:5], (2, 1), *base[6:]]
+    another_local = [*base[:5], (3, 2), *base[6:]]  # a port now needs a mark: the others' may move
+    first, second, third = states([base, one_endpoint_less, another_local], cache, tell=True)
+    compiler = Compiler(CFG, V4)
+    compiler.compile(first)
+    walks: list[int] = []
+    real_walk = compiler._walk
+    monkeypatch.setattr(compiler, "_walk", lambda *a: (walks.append(1), real_walk(*a)))
+    assert compiler.compile(second) == compile(second, CFG, V4) and walks == []
+    assert compiler.compile(third) == compile(third, CFG, V4) and walks == [1]

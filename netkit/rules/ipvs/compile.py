@@ -45,6 +45,7 @@ from functools import lru_cache
 
 from netkit.config import Config
 from netkit.model import EndpointAddr, IPFamily, NodeState, Protocol, ServicePortState
+from netkit.model.state import PortChanges
 from netkit.model.types import IPAddress
 from netkit.rules.backend import Since
 from netkit.rules.iptables import ruleset as ipt
@@ -157,16 +158,37 @@ class Compiler:
         self._mangle: dict[int, tuple[tuple[str, str], tuple[str, ...]]] = {}
         self._sets: dict[str, IPSet] = {}
         self._result: Ruleset | None = None
+        self._state: NodeState | None = None  # the state of the last compile (NodeState.changes' base)
+        self._marks: dict[tuple[str, str], int] = {}  # (port name, protocol) → its firewall mark
 
     def compile(self, state: NodeState) -> Ruleset:
-        ports = state.family(self.family)
         node_ips = node_port_ips(state.node.ips, self.config, self.family)
         fresh = node_ips != self._node_ips
         if fresh:
             self._reset(node_ips)
         ctx = Context(self.config, self.family, node_ips)
-        marks = fwmarks(ports)
         t = _Touched(bulk=fresh)
+        previous, self._state = self._state, state
+        changes = state.changes
+        if not (changes is not None and changes.applies_to(previous) and self._follow(ctx, changes, t)):
+            self._walk(ctx, state.family(self.family), t)
+        if fresh:
+            self._sorted = sorted(self._services.values(), key=_sort_key)
+        before = self._result
+        result = self._build(t, fresh)
+        self._changes = None if fresh else Changes(
+            frozenset(t.services), frozenset(n.set_name(b, self.family) for b in t.sets), t.addresses,
+            frozenset({n.INTERNAL_MARK}) if t.mangle else frozenset(),
+            {n.set_name(b, self.family): (frozenset(t.came[b]), frozenset(t.went[b])) for b in t.sets})
+        if self._changes is not None and before is not None:  # what the planner needs to know, on the result
+            result = with_index(replace(result, since=Since(weakref.ref(before), self._changes)), result.index)
+        self._before_last, self._result = before, result
+        return result
+
+    def _walk(self, ctx: Context, ports: Sequence[ServicePortState], t: _Touched) -> None:
+        """Every port: an unchanged one (the very object, the same mark) keeps its Part."""
+        marks = fwmarks(ports)
+        self._marks = {_mark_key(sp): m for sp in ports if (m := marks.get(id(sp), 0))}
         old, memo = self._memo, {}
         pop = old.pop
         for sp in ports:
@@ -184,18 +206,26 @@ class Compiler:
         for ident, (_, _, part) in old.items():  # service ports that changed or went away
             self._remove(ident, part, t)
         self._memo = memo
-        if fresh:
-            self._sorted = sorted(self._services.values(), key=_sort_key)
-        before = self._result
-        result = self._build(t, fresh)
-        self._changes = None if fresh else Changes(
-            frozenset(t.services), frozenset(n.set_name(b, self.family) for b in t.sets), t.addresses,
-            frozenset({n.INTERNAL_MARK}) if t.mangle else frozenset(),
-            {n.set_name(b, self.family): (frozenset(t.came[b]), frozenset(t.went[b])) for b in t.sets})
-        if self._changes is not None and before is not None:  # what the planner needs to know, on the result
-            result = with_index(replace(result, since=Since(weakref.ref(before), self._changes)), result.index)
-        self._before_last, self._result = before, result
-        return result
+
+    def _follow(self, ctx: Context, changes: PortChanges, t: _Touched) -> bool:
+        """Only the ports NodeState.changes names (every other one is the very object it was):
+        costs what the change costs. False, having done nothing, when the firewall marks of other
+        ports would move (a port needing one came or went: marks are given in name order)."""
+        gone = [sp for sp in changes.gone if sp.family is self.family]
+        came = [sp for sp in changes.came if sp.family is self.family]
+        dropped = {_mark_key(sp) for sp in gone if _needs_fwmark(sp)}
+        if (self._marks.keys() - dropped) | {_mark_key(sp) for sp in came if _needs_fwmark(sp)} != self._marks.keys():
+            return False
+        for sp in gone:
+            hit = self._memo.pop(id(sp), None)
+            if hit is not None and hit[0] is sp:
+                self._remove(id(sp), hit[2], t)
+        for sp in came:
+            mark = self._marks[_mark_key(sp)] if _needs_fwmark(sp) else 0
+            part = compile_port(ctx, sp, mark)
+            self._add(id(sp), sp, part, t)
+            self._memo[id(sp)] = (sp, mark, part)
+        return True
 
     def changed_since(self, previous: Ruleset) -> Changes | None:
         """What the last compile's result can differ in from `previous`, when `previous` is the
@@ -303,6 +333,10 @@ class Compiler:
         tables = {table: dict(chains) for table, chains in self._fixed.items()}
         tables["mangle"][n.INTERNAL_MARK] = mangle
         return ipt.Ruleset(self.family, tables)
+
+
+def _mark_key(sp: ServicePortState) -> tuple[str, str]:
+    return (str(sp.name), sp.protocol.value)
 
 
 def _sort_key(vs: VirtualServer) -> tuple[int, int, int, int, str]:
