@@ -106,6 +106,8 @@ def test_down_all_removes_crashed_clusters_and_nothing_else(tmp_path: Path) -> N
         time.sleep(0.2)
         assert mine.of(crashed)["processes"] and veths_in(mine.namespaces(crashed)) >= 2 + 3
         assert not mine.of(orphaned)["record"] and veths_in(mine.namespaces(orphaned)) >= 1 + 2
+        states = {s["id"]: s["state"] for s in json.loads(mine.netkit("status", "-o", "json").stdout)}
+        assert states[crashed].startswith("DOWN") and "namespaces left" in states[orphaned], states
 
         done = mine.netkit("down", "--all")
         assert done.returncode == 0, done.stderr

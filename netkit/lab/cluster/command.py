@@ -177,7 +177,7 @@ def cmd_down(args: argparse.Namespace) -> int:
             print(f"cluster {cid} removed")
         return 0
     ids = args.ids or [chosen(args).cluster_id]
-    known = set(state.known_ids())
+    known = set(lifecycle.known_ids())  # also a cluster of which only namespaces are left
     missing = [i for i in ids if i not in known]
     if missing:
         raise LabError(f"no cluster {', '.join(missing)} (see netkit lab cluster status)")
@@ -279,7 +279,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    ids = [chosen(args).cluster_id] if args.cluster else state.known_ids()  # also broken ones
+    from netkit.lab.cluster import lifecycle  # here, not at the top: every netkit command builds this parser
+
+    ids = [chosen(args).cluster_id] if args.cluster else lifecycle.known_ids()  # also broken ones, leftovers
     rows = [status_of(cid) for cid in ids]
     if args.output == "json":
         print(json.dumps(rows, indent=2))
@@ -292,12 +294,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def status_of(cid: str) -> dict[str, Any]:
-    from netkit.lab.cluster import lifecycle, nodehttp
+    from netkit.lab.cluster import build, lifecycle, nodehttp
     from netkit.lab.cluster.api import Api
 
     record = state.load(cid)
     if record is None:
-        return {"id": cid, "state": "broken (no record): netkit lab cluster down --all"}
+        left = len(build.leftovers(cid))
+        return {"id": cid, "state": f"broken (no record{f', {left} namespaces left' if left else ''}): "
+                                   f"netkit lab cluster down {cid}"}
     c = record.cluster
     up = bool(record.control_pid) and lifecycle.alive(record.control_pid, str(state.cluster_dir(cid)))
     procs = read_json(state.cluster_dir(cid) / "status.json")

@@ -126,12 +126,17 @@ def down_all() -> list[str]:
     """Every cluster of this state directory, and whatever a crash left of one: its directory (with
     or without a readable record), namespaces named with this directory's prefix (also without a
     record), and processes naming a path under its clusters/ directory."""
-    prefix = state.NETNS_PREFIX
-    ids = set(state.known_ids()) | {n[len(prefix):].split("-", 1)[0] for n in build.leftovers(prefix=prefix)}
-    for cid in sorted(ids):
+    ids = known_ids()
+    for cid in ids:
         down(cid)
     stop_pids(processes(str(state.CLUSTERS_DIR)), str(state.CLUSTERS_DIR))
-    return sorted(ids)
+    return ids
+
+
+def known_ids() -> list[str]:
+    """Clusters of this state directory: with a directory, or only namespaces named as its clusters'."""
+    prefix = state.NETNS_PREFIX
+    return sorted(set(state.known_ids()) | {n[len(prefix):].split("-", 1)[0] for n in build.leftovers(prefix=prefix)})
 
 
 def processes(marker: str) -> list[int]:
