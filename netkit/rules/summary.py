@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -354,7 +355,7 @@ _IPVS_SET_ASPECT = {
 }
 
 
-def _ipvs_sets(ruleset: ipvs_rs.Ruleset) -> list[tuple[str, str, frozenset[str], dict[str, list[str]]]]:
+def _ipvs_sets(ruleset: ipvs_rs.Ruleset) -> list[tuple[str, str, AbstractSet[str], dict[str, list[str]]]]:
     """(set name, aspect, entries, entries by their "ip,proto:port" head for hash:…,net sets)."""
     out = []
     for s in ruleset.sets:
@@ -371,7 +372,7 @@ def _ipvs_sets(ruleset: ipvs_rs.Ruleset) -> list[tuple[str, str, frozenset[str],
 
 
 def _ipvs_entries(vs: ipvs_rs.VirtualServer, ruleset: ipvs_rs.Ruleset,
-                  sets: list[tuple[str, str, frozenset[str], dict[str, list[str]]]]) -> set[str]:
+                  sets: list[tuple[str, str, AbstractSet[str], dict[str, list[str]]]]) -> set[str]:
     if vs.ip is None:
         return set()
     ipport = f"{vs.ip},{vs.protocol.lower}:{vs.port}"

@@ -19,7 +19,7 @@ from netkit.rules.ipvs.backend import BACKEND
 from netkit.rules.ipvs.compile import Compiler, compile
 from netkit.rules.ipvs.fake import FakeKernel
 from netkit.rules.ipvs.plan import plan
-from netkit.rules.ipvs.ruleset import Ruleset
+from netkit.rules.ipvs.ruleset import Entries, Ruleset
 from tests.unit.ipvs_states import NODE, sp, state
 
 CFG = Config(mode="ipvs", node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16"], "t"))
@@ -161,3 +161,20 @@ def test_a_told_change_is_followed_without_walking_every_port(monkeypatch: pytes
     monkeypatch.setattr(compiler, "_walk", lambda *a: (walks.append(1), real_walk(*a)))
     assert compiler.compile(second) == compile(second, CFG, V4) and walks == []
     assert compiler.compile(third) == compile(third, CFG, V4) and walks == [1]
+
+
+entry_sets = st.frozensets(st.text("0123456789.,:tcp", max_size=8), max_size=40)
+
+
+@settings(max_examples=80, deadline=None)
+@given(entry_sets, entry_sets, entry_sets)
+def test_entries_behave_as_the_frozenset_they_stand_for(start: frozenset[str], came: frozenset[str],
+                                                        went: frozenset[str]) -> None:
+    e = Entries(start)
+    assert e == start and start == e and len(e) == len(start) and sorted(e) == sorted(start)
+    after = e.changed(came, went - came)
+    want = (start - (went - came)) | came
+    assert after == want and after == Entries(want) and hash(after) == hash(Entries(want))
+    assert all(x in after for x in want) and not any(x in after for x in went - came)
+    assert e == start  # changed() made a new one
+    assert (e | came) == start | came and (e - went) == start - went

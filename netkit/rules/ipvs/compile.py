@@ -52,6 +52,7 @@ from netkit.rules.iptables import ruleset as ipt
 from netkit.rules.ipvs import names as n
 from netkit.rules.ipvs.ruleset import (
     SCHEDULERS,
+    Entries,
     IPSet,
     RealServer,
     Ruleset,
@@ -315,7 +316,11 @@ class Compiler:
         for base in (n.SET_TYPES if last is None else t.sets):
             typ, comment = n.SET_TYPES[base]
             name = n.set_name(base, self.family)
-            self._sets[name] = IPSet(name, typ, self.family, frozenset(self._entries[base]), comment)
+            was = self._sets.get(name) if last is not None else None
+            # one change patches the chunks it touches (KUBE-LOOP-BACK: an entry per endpoint)
+            entries = was.entries.changed(t.came[base], t.went[base]) if was is not None and isinstance(
+                was.entries, Entries) else Entries(self._entries[base])
+            self._sets[name] = IPSet(name, typ, self.family, entries, comment)
         sets = last.sets if last is not None and not t.sets else tuple(self._sets[k] for k in sorted(self._sets))
         index: Mapping[VSKey, VirtualServer]
         if last is not None and not t.services:

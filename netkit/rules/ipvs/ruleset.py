@@ -13,7 +13,8 @@ termination; they are not part of a real server's identity or equality.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from ipaddress import ip_address
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 SCHEDULERS = frozenset({"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf",
                         "mh", "twos"})
+MAXELEM = 1 << 20  # entries per hash set (see IPSet.create_line)
 _FLAG = {Protocol.TCP: "-t", Protocol.UDP: "-u", Protocol.SCTP: "--sctp-service"}
 
 
@@ -97,19 +99,78 @@ class VSKey:
         return f"{self.protocol.lower} {hostport(self.ip, self.port)}"  # type: ignore[arg-type]
 
 
+class Entries(AbstractSet[str]):
+    """An immutable set of ipset entries kept in `CHUNKS` frozensets (by the entry's hash), so a set
+    of 100,000 entries (KUBE-LOOP-BACK at 10,000 services × 10 endpoints) changed by one entry is a
+    new Entries sharing all chunks but one: `changed(came, went)` costs what the change costs, where
+    a new frozenset would copy them all (~5 ms on a real CPU). Equal to any set with the same
+    members (a frozenset too)."""
+
+    CHUNKS = 64
+    __slots__ = ("_chunks", "_len")
+
+    def __init__(self, items: Iterable[str] = ()) -> None:
+        parts: list[set[str]] = [set() for _ in range(self.CHUNKS)]
+        for e in items:
+            parts[hash(e) % self.CHUNKS].add(e)
+        self._chunks = tuple(frozenset(x) for x in parts)
+        self._len = sum(map(len, self._chunks))
+
+    def changed(self, came: Iterable[str], went: Iterable[str]) -> Entries:
+        """These entries with `came` added and `went` removed; only the chunks touched are copied."""
+        touched: dict[int, set[str]] = {}
+        for e in went:
+            i = hash(e) % self.CHUNKS
+            touched.setdefault(i, set(self._chunks[i])).discard(e)
+        for e in came:
+            i = hash(e) % self.CHUNKS
+            touched.setdefault(i, set(self._chunks[i])).add(e)
+        out = Entries.__new__(Entries)
+        chunks = list(self._chunks)
+        for i, members in touched.items():
+            chunks[i] = frozenset(members)
+        out._chunks = tuple(chunks)
+        out._len = sum(map(len, chunks))
+        return out
+
+    def __contains__(self, entry: object) -> bool:
+        return entry in self._chunks[hash(entry) % self.CHUNKS]
+
+    def __iter__(self) -> Iterator[str]:
+        for chunk in self._chunks:
+            yield from chunk
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Entries):
+            return self._len == other._len and all(a is b or a == b for a, b in zip(self._chunks, other._chunks,
+                                                                                    strict=True))
+        return AbstractSet.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        return self._hash()
+
+    def __repr__(self) -> str:
+        return f"Entries({sorted(self)!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class IPSet:
     name: str
     type: str  # "hash:ip,port", "bitmap:port", ...
     family: IPFamily
-    entries: frozenset[str] = frozenset()  # in `ipset save` syntax: "10.96.0.10,tcp:80", "30080"
+    entries: AbstractSet[str] = frozenset()  # in `ipset save` syntax: "10.96.0.10,tcp:80", "30080"
     comment: str = field(default="", compare=False)
 
     def create_line(self) -> str:
         if self.type.startswith("bitmap:port"):
             return f"create {self.name} {self.type} range 0-65535"
         fam = "inet" if self.family is IPFamily.IPV4 else "inet6"
-        return f"create {self.name} {self.type} family {fam} hashsize 1024 maxelem 65536"
+        # maxelem: kube-proxy's 65,536 is less than KUBE-LOOP-BACK's entry per endpoint at 10,000
+        # services × 10 endpoints ("Hash is full"); the kernel allocates per entry, not per maxelem
+        return f"create {self.name} {self.type} family {fam} hashsize 1024 maxelem {MAXELEM}"
 
 
 def _no_payload() -> ipt.Ruleset:
