@@ -39,9 +39,9 @@ def run_batches(batches: wiring.Batches, phase: str) -> None:
         assert proc.stderr is not None
         stderr = proc.stderr.read()
         if proc.wait() != 0:
-            failures.append(f"{ns}: {stderr.strip()}")
+            failures.append(f"{ns}: {' / '.join(stderr.split(chr(10))).strip(' /')}")
     if failures:
-        raise LabError(f"lab {phase} failed:\n" + "\n".join(failures))
+        raise LabError(f"lab {phase} failed: " + "; ".join(failures))  # one line: the CLI's error line
 
 
 def create_namespaces(names: Iterable[str]) -> None:
@@ -49,7 +49,7 @@ def create_namespaces(names: Iterable[str]) -> None:
     assert proc.stderr is not None
     stderr = proc.stderr.read()
     if proc.wait() != 0:
-        raise LabError(f"ip netns add failed: {stderr.strip()}")
+        raise LabError(f"ip netns add failed: {' / '.join(stderr.split(chr(10))).strip(' /')}")
 
 
 def build(lay: Layout) -> None:

@@ -129,6 +129,35 @@ def test_up_without_root_or_a_tool_creates_nothing(tmp_path: Path, why: str) -> 
     assert not state_dir.exists() and build.leftovers(prefix=prefix) == []
 
 
+BROKEN_IP = """#!/bin/sh
+# ip, except that a batch adding routes fails, as with an iproute2 that cannot do what the lab asks
+if [ "$1" = "-n" ] && [ "$3" = "-batch" ]; then
+    input=$(cat)
+    case "$input" in *"route add"*) echo "Error: Nexthop has invalid gateway." >&2; exit 2;; esac
+    printf '%s\\n' "$input" | exec REAL "$@"
+fi
+exec REAL "$@"
+"""
+
+
+def test_a_cluster_whose_build_fails_halfway_is_removed_before_the_error(tmp_path: Path) -> None:
+    """Namespaces, links and addresses exist when the routes fail: all gone when the one line shows."""
+    need_root_and("ip", "iptables-restore")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "ip").write_text(BROKEN_IP.replace("REAL", shutil.which("ip") or "/usr/sbin/ip"))
+    (tools / "ip").chmod(0o755)
+    state_dir = tmp_path / "state"
+    env = {**os.environ, STATE_DIR_ENV: str(state_dir), "PATH": f"{tools}:{os.environ['PATH']}"}
+    failed = subprocess.run([sys.executable, "-m", "netkit", "lab", "cluster", "up", "--nodes", "2"],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
+    assert "could not be built and was removed: lab routes failed: " in failed.stderr, failed.stderr
+    assert "Nexthop has invalid gateway" in failed.stderr
+    prefix = plan.netns_prefix(str(state_dir.resolve()), str(DEFAULT_STATE_DIR))
+    assert build.leftovers(prefix=prefix) == [] and list((state_dir / "clusters").iterdir()) == []
+
+
 def test_a_cluster_that_cannot_be_built_is_removed_before_the_error() -> None:
     need_root_and("ip", "ipvsadm")
     if Path("/proc/net/ip_vs").exists():

@@ -74,9 +74,10 @@ def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0, clus
         try:
             build.build(cluster)
             start_control_plane(cid, timeout)
-        except LabError as exc:
+        except (LabError, OSError) as exc:  # OSError: e.g. /etc/netns read-only
             down(cid)
-            raise LabError(f"cluster {cid} could not be built and was removed: {exc}") from exc
+            why = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename else str(exc)
+            raise LabError(f"cluster {cid} could not be built and was removed: {why}") from exc
         except BaseException:
             down(cid)
             raise
