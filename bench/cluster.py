@@ -162,7 +162,8 @@ def run_mode(mode: str, args: argparse.Namespace, baseline: float) -> None:
         versus = f"p50 / minSyncPeriod ({floor:g} s) = {pct(e2e, 0.5) / floor:.2f}" if floor else \
             "minSyncPeriod 0: every change is synced at once"
         print(f"{mode}: kubectl apply → all {nodes} nodes answer, {services} Services: "
-              f"p50 {pct(e2e, 0.5):.2f} s, p99 {pct(e2e, 0.99):.2f} s, max {max(e2e):.2f} s; "
+              f"p50 {pct(e2e, 0.5):.2f} s, p99 {pct(e2e, 0.99):.2f} s, max {max(e2e):.2f} s "
+              f"(Service #{e2e.index(max(e2e)) + 1}); "
               f"kubectl itself p50 {statistics.median(kubectl):.2f} s; {versus}", flush=True)
     finally:
         lifecycle.down(record.cluster_id)
