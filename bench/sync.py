@@ -88,13 +88,20 @@ class Timed:
             self._phases["plan"].append(time.perf_counter() - t)
 
 
+def nft_scripts(tx: Any) -> str:
+    """The transactions NftKernel.apply sends for `tx`, NUL-separated: its prelude of new dynamic
+    sets (if any), then the transaction."""
+    return "\0".join(x for x in (nft_plan.render_prelude(tx), nft_plan.render_transaction(tx)) if x)
+
+
 def nft_bare(netns: str, before: Any, after: Any, forward: str) -> float:
     """The bare `nft -f` of the change the daemon just made: put the kernel back (untimed), then
-    send the daemon's own script with the tool alone (timed); the kernel then holds `after` again."""
-    back = nft_plan.render_transaction(nft_plan.plan(after, before))
-    run(["nft", "-f", "-"], netns, input=back)
+    send the daemon's own scripts with the tool alone (timed); the kernel then holds `after` again."""
+    for back in nft_scripts(nft_plan.plan(after, before)).split("\0"):
+        run(["nft", "-f", "-"], netns, input=back)
     t = time.perf_counter()
-    run(["nft", "-f", "-"], netns, input=forward)
+    for script in forward.split("\0"):
+        run(["nft", "-f", "-"], netns, input=script)
     return time.perf_counter() - t
 
 
@@ -109,16 +116,13 @@ def bare_dump(netns: str, kernel: Any, nft: bool) -> float:
     return time.perf_counter() - t
 
 
-async def measure(backend: str, n: int, changes: int, netns: str) -> dict[str, Any]:
+async def measure(backend: str, n: int, changes: int, netns: str, affinity_every: int) -> dict[str, Any]:
     nft = backend == "nftables"
     cfg = replace(CONFIG, mode="nftables" if nft else "iptables", iptables_backend="auto" if nft else backend,
                   min_sync_period=0.0, sync_period=3600.0)
     daemon = Daemon.for_mode(DaemonOptions(config=cfg, families=(IPFamily.IPV4,), netns=netns, healthz_address=None,
                                            metrics_address=None))
-    # nftables mode without ClientIP affinity: at 10k services the bench's 1,430 sticky services
-    # need 14,300 dynamic sets in the first transaction, which nft 1.0.6 fails to load on this
-    # machine (the process is killed); iptables mode keeps them.
-    objs = objects(n, 10, affinity_every=0 if nft else 7)
+    objs = objects(n, 10, affinity_every=affinity_every)
     daemon._source = lambda: DirectSource(daemon.store, objs)  # type: ignore[method-assign]
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
@@ -133,7 +137,7 @@ async def measure(backend: str, n: int, changes: int, netns: str) -> dict[str, A
         # Keep the payload of a change for the bare replay; not the first sync's (tens of MB at 10k
         # services, which would count in the daemon's RSS).
         small = plan.stats().written + plan.stats().deleted <= 1000
-        payloads.append((nft_plan.render_transaction(plan) if nft else render_plan(plan)) if small else "")
+        payloads.append((nft_scripts(plan) if nft else render_plan(plan)) if small else "")
         t = time.perf_counter()
         real_apply(plan)
         phases["kernel"].append(time.perf_counter() - t)
@@ -196,16 +200,17 @@ async def measure(backend: str, n: int, changes: int, netns: str) -> dict[str, A
             b = time.perf_counter()
             run([kernel.tool("restore"), "--noflush", "--wait", "5"], netns, input=payloads[-1])
             bare.append(time.perf_counter() - b)
+    t = time.perf_counter()
+    state = daemon.state_builder.build(daemon.store.objects(), cfg.node_name, cfg.node_ips)  # as the daemon does
+    full = await asyncio.to_thread(real_sync, state, full=True)
+    full_s = time.perf_counter() - t
+    daemon_rss = rss_mb()  # before the benchmark's own reads below (the dump's text counts in this process)
+    full_bare_s = bare_dump(netns, kernel, nft)
     # the kernel holds the last change
     live = kernel.dump() if nft else kernel.dump(("nat",))
     text = nft_render(live) if nft else "\n".join(r for rules in live.chains("nat").values() for r in rules)
     assert "10.250." in text, "change not in kernel"
     del live, text
-    t = time.perf_counter()
-    state = daemon.state_builder.build(daemon.store.objects(), cfg.node_name, cfg.node_ips)  # as the daemon does
-    full = await asyncio.to_thread(real_sync, state, full=True)
-    full_s = time.perf_counter() - t
-    full_bare_s = bare_dump(netns, kernel, nft)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     return {
@@ -217,16 +222,17 @@ async def measure(backend: str, n: int, changes: int, netns: str) -> dict[str, A
         "p50_outside_syncer_s": statistics.median(build_times),
         "payload_lines": payloads[-1].count("\n"),
         "split_first_change_s": splits[0], "split_last_change_s": splits[-1],
-        "rss_mb": rss_mb()[0], "rss_after_first_sync_mb": rss_after_first[0], "peak_rss_mb": rss_mb()[1],
+        "rss_mb": daemon_rss[0], "rss_after_first_sync_mb": rss_after_first[0], "peak_rss_mb": daemon_rss[1],
+        "peak_rss_first_sync_mb": rss_after_first[1], "affinity_every": affinity_every,
     }
 
 
-def child(backend: str, n: int, changes: int) -> None:
+def child(backend: str, n: int, changes: int, affinity_every: int) -> None:
     netns = f"nkbench-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
     try:
         subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
-        print(json.dumps(asyncio.run(measure(backend, n, changes, netns))))
+        print(json.dumps(asyncio.run(measure(backend, n, changes, netns, affinity_every))))
     finally:
         subprocess.run(["ip", "netns", "del", netns], check=False)
 
@@ -237,10 +243,14 @@ def main() -> int:
     ap.add_argument("--changes", type=int, default=20)
     ap.add_argument("--backends", nargs="+", default=["legacy", "nft", "nftables"],
                     help="legacy, nft (iptables mode with that iptables), nftables (nftables mode)")
-    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--affinity-every", type=int, default=None, metavar="N",
+                    help="every Nth service with ClientIP affinity, 0 for none (default: 7 in iptables mode; "
+                         "0 in nftables mode, whose 1,430 sticky services at 10k are 14,300 dynamic sets that "
+                         "take ~30 s to load, see docs/nftables.md)")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child[0], int(args.child[1]), int(args.child[2]))
+        child(args.child[0], int(args.child[1]), int(args.child[2]), int(args.child[3]))
         return 0
     print(f"{'backend':7} {'services':>8} | {'daemon p50':>10} {'p99':>7} | {'bare p50':>8} {'p99':>7} | "
           f"{'ratio':>5} | {'first sync':>10} {'full sync':>9} | {'RSS MB':>6}")
@@ -248,7 +258,8 @@ def main() -> int:
     for n in args.services:
         for backend in args.backends:
             changes = args.changes if n <= 2000 else max(5, args.changes // 3)
-            out = subprocess.run([sys.executable, __file__, "--child", backend, str(n), str(changes)],
+            every = args.affinity_every if args.affinity_every is not None else (0 if backend == "nftables" else 7)
+            out = subprocess.run([sys.executable, __file__, "--child", backend, str(n), str(changes), str(every)],
                                  capture_output=True, text=True)
             if out.returncode != 0:
                 print(out.stderr[-2000:], file=sys.stderr)
@@ -256,9 +267,10 @@ def main() -> int:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             ratio = r["p50_daemon_s"] / r["p50_bare_s"]
             target = 1.5 if backend == "nftables" else 1.25
-            ok = ok and ratio <= target and (n < 10_000 or r["peak_rss_mb"] <= 300)
-            if backend == "nftables" and n == 10_000:
-                ok = ok and r["p50_daemon_s"] <= 0.060
+            rss_target = 300 if n <= 10_000 else 1200
+            ok = ok and ratio <= target and (n < 10_000 or r["peak_rss_mb"] <= rss_target)
+            if backend == "nftables" and n >= 10_000:
+                ok = ok and r["p50_daemon_s"] <= (0.060 if n == 10_000 else 0.100)
             print(f"{backend:7} {n:>8} | {r['p50_daemon_s']:>9.3f}s {r['p99_daemon_s']:>6.3f}s | "
                   f"{r['p50_bare_s']:>7.3f}s {r['p99_bare_s']:>6.3f}s | {ratio:>5.2f} | "
                   f"{r['first_sync_s']:>9.2f}s {r['full_sync_s']:>8.2f}s | {r['peak_rss_mb']:>6.0f}")
@@ -268,9 +280,10 @@ def main() -> int:
             print("        " + json.dumps({k: r[k] for k in ("split_first_change_s", "split_last_change_s",
                                                               "p50_outside_syncer_s", "payload_lines",
                                                               "full_sync_wrote", "rss_after_first_sync_mb",
+                                                              "peak_rss_first_sync_mb", "affinity_every",
                                                               "latencies_s")}))
     print("targets (daemon ≤ 1.25 × bare restore for iptables, ≤ 1.5 × bare nft -f and ≤ 60 ms p50 at 10k for "
-          "nftables; RSS ≤ 300 MB at 10k):", "met" if ok else "MISSED")
+          "nftables, ≤ 100 ms p50 at 50k; RSS ≤ 300 MB at 10k, ≤ 1.2 GB at 50k):", "met" if ok else "MISSED")
     return 0 if ok else 1
 
 
