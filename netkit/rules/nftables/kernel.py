@@ -20,6 +20,7 @@ measures both (figures in docs/nftables.md).
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib.util
 import os
 import threading
@@ -63,7 +64,7 @@ class NftKernel:
                 return None
             raise KernelError(f"nft list table {self.family} {self.table} failed", stderr=err)
         self._known = before if before is not None and self._generation.read() == before else None
-        return parse(out, self.family, self.table)
+        return _parse_without_gc(out, self.family, self.table)
 
     iptables_flavour = None  # nftables mode writes no iptables rules
 
@@ -136,6 +137,19 @@ class NftKernel:
         self._lib.set_json_output(json)
         code, out, err = self._lib.cmd(script)
         return int(code), str(out), str(err)
+
+
+def _parse_without_gc(text: str, family: str, table: str) -> Ruleset | None:
+    """`parse`, with the cyclic garbage collector paused: the ~500k objects of a 10,000-service
+    table triggered collections that walked the daemon's whole heap and found nothing (a dump's
+    parse took 1.7 s instead of 0.6 s). Nothing read here forms a cycle."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return parse(text, family, table)
+    finally:
+        if was:
+            gc.enable()
 
 
 def load_nftables_module() -> ModuleType | None:

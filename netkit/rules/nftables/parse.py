@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from netkit.errors import NetkitError
@@ -57,18 +58,44 @@ def parse(text: str, family: str = "ip", table: str = "netkit") -> Ruleset | Non
     """The netkit table found in `text` (JSON dump or rendered script); None if it is not there."""
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        return parse_json(json.loads(stripped), family, table)
+        return parse_items(items(stripped), family, table)
     return parse_text(text)
 
 
 # ── JSON from the kernel ─────────────────────────────────────────────────────────────────────────
 
+_DECODER = json.JSONDecoder()
+_BETWEEN = re.compile(r"[\s,]*")
+
+
+def items(text: str) -> Iterator[JSON]:
+    """The objects of `{"nftables": [item, …]}` one at a time, each decoded when it is reached.
+
+    Decoding the whole document first held every object of a 10,000-service table at once (~160 MB
+    of dicts and lists for a 21 MB dump); item by item, only the Ruleset being built stays."""
+    start = re.match(r'\s*\{\s*"nftables"\s*:\s*\[', text)
+    if start is None:  # not nft's layout: decode it whole
+        yield from json.loads(text).get("nftables", [])
+        return
+    at = start.end()
+    while True:
+        at = _BETWEEN.match(text, at).end()  # type: ignore[union-attr]  # matches the empty string too
+        if at >= len(text) or text[at] == "]":
+            return
+        item, at = _DECODER.raw_decode(text, at)
+        yield item
+
+
 def parse_json(doc: JSON, family: str, table: str) -> Ruleset | None:
+    return parse_items(doc.get("nftables", []), family, table)
+
+
+def parse_items(objects: Iterable[JSON], family: str, table: str) -> Ruleset | None:
     found = False
     sets: list[NamedSet] = []
     chains: dict[str, Chain] = {}
     rules: dict[str, list[str]] = {}
-    for item in doc.get("nftables", []):
+    for item in objects:
         kind, body = next(iter(item.items()))
         if not isinstance(body, dict) or body.get("family") != family:
             continue
@@ -97,7 +124,7 @@ def named_set(body: JSON) -> NamedSet:
         flags.add("dynamic")  # nft 1.0.6 omits it from JSON; netkit's only timeout sets are dynamic
     dynamic = "dynamic" in flags
     try:
-        elements = frozenset() if dynamic else frozenset(element(e) for e in body.get("elem", ()))
+        elements = frozenset() if dynamic else frozenset(map(element, body.get("elem", ())))
     except (ParseError, KeyError, TypeError, ValueError, IndexError):
         key_type, elements = [FOREIGN], frozenset()  # recreated whole by plan
     return NamedSet(body["name"], tuple(key_type), body.get("map"), tuple(sorted(flags)),
@@ -105,6 +132,43 @@ def named_set(body: JSON) -> NamedSet:
 
 
 def element(e: JSON) -> Element:
+    """One element; the shapes netkit's sets and maps hold take the short way (220k of them in a
+    10,000-service table): an address or port, `addr . addr`, `key : addr . port`,
+    `addr . proto . port : goto X`."""
+    kind = type(e)
+    if kind is str or kind is int:
+        return Element(str(e))
+    if kind is dict and (key := _scalars(e)) is not None:
+        return Element(key)
+    if kind is list and len(e) == 2:
+        key, data = _scalars(e[0]), e[1]
+        if key is not None and type(data) is dict and len(data) == 1:
+            found = _scalars(data) if "concat" in data else _jump(data)
+            if found is not None:
+                return Element(key, found)
+    return _any_element(e)
+
+
+def _scalars(v: JSON) -> str | None:
+    """A str, an int or a concatenation of those, spelled; None for anything else."""
+    kind = type(v)
+    if kind is str or kind is int:
+        return str(v)
+    if kind is dict and len(v) == 1 and type(parts := v.get("concat")) is list:
+        if all(type(x) is str or type(x) is int for x in parts):
+            return " . ".join(map(str, parts))
+    return None
+
+
+def _jump(v: JSON) -> str | None:
+    for verb in ("goto", "jump"):
+        arg = v.get(verb)
+        if type(arg) is dict and type(target := arg.get("target")) is str:
+            return f"{verb} {target}"
+    return None
+
+
+def _any_element(e: JSON) -> Element:
     if isinstance(e, list):
         data = e[1]
         is_verdict = isinstance(data, dict) and len(data) == 1 and next(iter(data)) in _VERDICTS
