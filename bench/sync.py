@@ -12,7 +12,9 @@ endpoint address, and the time from `store.put` to the end of the sync that wrot
 latency; the payload that sync wrote is then sent again with the bare tool and timed (iptables: the
 same chains flushed and rewritten, the same kernel work; nftables: the kernel is first put back with
 the reverse transaction, untimed, then the daemon's own script is sent with `nft -f`). Also: the
-first sync into empty tables, a forced full sync (re-read the kernel, plan, nothing to write), the
+first sync into empty tables, a forced full sync (re-read the kernel, plan, nothing to write; in
+nftables mode twice: first after the bare replays committed in the namespace, so the table is read,
+then with nothing committed since, when the nftables generation says there is nothing to read), the
 time split inside a partial sync (state build, compile, plan, kernel), and the daemon's RSS.
 
     .venv/bin/python bench/sync.py [--services 1000 10000] [--changes 20] [--backends legacy nft nftables]
@@ -200,8 +202,16 @@ async def measure(backend: str, n: int, changes: int, netns: str, affinity_every
             b = time.perf_counter()
             run([kernel.tool("restore"), "--noflush", "--wait", "5"], netns, input=payloads[-1])
             bare.append(time.perf_counter() - b)
-    t = time.perf_counter()
     state = daemon.state_builder.build(daemon.store.objects(), cfg.node_name, cfg.node_ips)  # as the daemon does
+    read: dict[str, float] = {}
+    if nft:
+        # The bare replays above committed in the namespace, so the nftables generation moved: this
+        # full sync reads the table. The next one finds the generation where its own read left it.
+        t = time.perf_counter()
+        again = await asyncio.to_thread(real_sync, state, full=True)
+        read = {"full_sync_read_s": time.perf_counter() - t, "full_sync_read_wrote": again.written}
+    t = time.perf_counter()
+    state = daemon.state_builder.build(daemon.store.objects(), cfg.node_name, cfg.node_ips)
     full = await asyncio.to_thread(real_sync, state, full=True)
     full_s = time.perf_counter() - t
     daemon_rss = rss_mb()  # before the benchmark's own reads below (the dump's text counts in this process)
@@ -223,7 +233,7 @@ async def measure(backend: str, n: int, changes: int, netns: str, affinity_every
         "payload_lines": payloads[-1].count("\n"),
         "split_first_change_s": splits[0], "split_last_change_s": splits[-1],
         "rss_mb": daemon_rss[0], "rss_after_first_sync_mb": rss_after_first[0], "peak_rss_mb": daemon_rss[1],
-        "peak_rss_first_sync_mb": rss_after_first[1], "affinity_every": affinity_every,
+        "peak_rss_first_sync_mb": rss_after_first[1], "affinity_every": affinity_every, **read,
     }
 
 
@@ -276,10 +286,13 @@ def main() -> int:
                   f"{r['first_sync_s']:>9.2f}s {r['full_sync_s']:>8.2f}s | {r['peak_rss_mb']:>6.0f}")
             print(f"        full sync with nothing to write {r['full_sync_s']:.2f} s vs the bare dump "
                   f"{r['full_bare_dump_s']:.2f} s: {r['full_sync_s'] / r['full_bare_dump_s']:.2f}x"
-                  + ("" if backend == "nftables" else " (target ≤ 1.2x)"))
+                  + (f"; after a commit elsewhere in the namespace (the table read) {r['full_sync_read_s']:.2f} s: "
+                     f"{r['full_sync_read_s'] / r['full_bare_dump_s']:.2f}x (target ≤ 1.0 s nothing to write)"
+                     if backend == "nftables" else " (target ≤ 1.2x)"))
             print("        " + json.dumps({k: r[k] for k in ("split_first_change_s", "split_last_change_s",
                                                               "p50_outside_syncer_s", "payload_lines",
                                                               "full_sync_wrote", "rss_after_first_sync_mb",
+                                                              *(k for k in ("full_sync_read_wrote",) if k in r),
                                                               "peak_rss_first_sync_mb", "affinity_every",
                                                               "latencies_s")}))
     print("targets (daemon ≤ 1.25 × bare restore for iptables, ≤ 1.5 × bare nft -f and ≤ 60 ms p50 at 10k for "
