@@ -90,3 +90,23 @@ def test_endpoints_of_each_dnat_spelling() -> None:
     assert rule.endpoints(d, {}) == ["[fd00::1]:80", "[fd00::2]:80"]
     (literal,) = read("meta l4proto tcp dnat ip to 10.0.0.1:8080").dnats()
     assert rule.endpoints(literal, {}) == ["10.0.0.1:8080"]
+
+
+def _words_targets(rules: tuple[str, ...]) -> set[str]:
+    return {t for r in rules for verb, t in zip(r.split(), r.split()[1:], strict=False) if verb in ("jump", "goto")}
+
+
+def _words_sets(rules: tuple[str, ...]) -> set[str]:
+    return {w.lstrip("@").rstrip(",") for r in rules for w in r.split() if w.startswith("@")}
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), family=st.sampled_from(list(IPFamily)), config=CONFIGS)
+def test_the_references_the_planner_follows_are_every_name_in_the_rules(data: st.DataObject, family: IPFamily,
+                                                                         config: Config) -> None:
+    """What plan and the fake kernel follow (Chain.targets / set_refs, read by rule.py) is every chain
+    after a jump or goto and every @set in the rule text: nothing is missed."""
+    rs = compile(data.draw(node_states(family)), config, family)
+    for chain in rs.chains:
+        assert chain.targets() == _words_targets(chain.rules), chain.name
+        assert chain.set_refs() == _words_sets(chain.rules), chain.name

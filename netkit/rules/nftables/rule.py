@@ -24,8 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from netkit.rules.nftables.ruleset import NamedSet
+if TYPE_CHECKING:  # ruleset.py reads references with this module
+    from netkit.rules.nftables.ruleset import NamedSet
 
 # ── expressions: what a match or a map looks at ─────────────────────────────────────────────────
 
@@ -280,6 +282,30 @@ class Rule:
 
     def dnats(self) -> Iterator[Dnat]:
         return (s for s in self.statements if isinstance(s, Dnat))
+
+    def chains(self) -> frozenset[str]:
+        """The chains it jumps or goes to (also through an anonymous verdict map)."""
+        found: set[str] = set()
+        for s in self.statements:
+            if isinstance(s, Verdict) and s.verb in ("jump", "goto") and s.target:
+                found.add(s.target)
+            elif isinstance(s, VerdictMap) and isinstance(s.table, AnonMap):
+                found.update(w[1] for _, v in s.table.entries if len(w := v.split()) == 2 and w[0] in ("jump", "goto"))
+        return frozenset(found)
+
+    def sets(self) -> frozenset[str]:
+        """The named sets and maps it uses."""
+        found: set[str] = set()
+        for s in self.statements:
+            if isinstance(s, Match) and isinstance(s.right, SetRef):
+                found.add(s.right.name)
+            elif isinstance(s, VerdictMap) and isinstance(s.table, SetRef):
+                found.add(s.table.name)
+            elif isinstance(s, Dnat) and isinstance(s.to, MapLookup) and isinstance(s.to.table, SetRef):
+                found.add(s.to.table.name)
+            elif isinstance(s, SetUpdate):
+                found.add(s.set)
+        return frozenset(found)
 
 
 def slots(lookup: MapLookup) -> frozenset[str] | None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from netkit.rules.backend import Since
+from netkit.rules.nftables.rule import readable
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -191,18 +192,27 @@ class Chain:
     hook: Hook | None = None
 
     def targets(self) -> frozenset[str]:
-        """Chains this chain's rules jump or go to."""
+        """Chains this chain's rules jump or go to (read by rule.py; a rule it cannot read, a
+        foreign one, by its words: whatever follows `jump` or `goto`)."""
         found: set[str] = set()
-        for rule in self.rules:
-            words = rule.split()
-            for verb, target in itertools.pairwise(words):
-                if verb in ("jump", "goto"):
-                    found.add(target)
+        for text in self.rules:
+            read = readable(text)
+            if read is not None:
+                found |= read.chains()
+            else:
+                found.update(t for verb, t in itertools.pairwise(text.split()) if verb in ("jump", "goto"))
         return frozenset(found)
 
     def set_refs(self) -> frozenset[str]:
-        """Named sets and maps this chain's rules use (`@name`)."""
-        return frozenset(w.lstrip("@").rstrip(",") for r in self.rules for w in r.split() if w.startswith("@"))
+        """Named sets and maps this chain's rules use (a foreign rule's: every `@name` in it)."""
+        found: set[str] = set()
+        for text in self.rules:
+            read = readable(text)
+            if read is not None:
+                found |= read.sets()
+            else:
+                found.update(w.lstrip("@").rstrip(",") for w in text.split() if w.startswith("@"))
+        return frozenset(found)
 
 
 SetElement = tuple[str, Element]  # (set name, element)
