@@ -111,15 +111,20 @@ def stale(flows: Iterable[Flow], checked: Frontends) -> tuple[Flow, ...]:
 def ports_to_check(old: NodeState | None, new: NodeState) -> tuple[ServicePortState, ...]:
     """The UDP ports of `new` to check against the kernel: all of them when `old` is None (the first
     sync after a start), otherwise those whose serving endpoints or addresses differ from `old`."""
-    udp = [p for p in new.ports if p.protocol is Protocol.UDP]
     if old is None:
-        return tuple(udp)
-    # StateBuilder hands unchanged services back as the very same objects: only the others can move.
-    same = {id(p) for p in old.ports}
-    before = {_key(p): p for p in old.ports if p.protocol is Protocol.UDP}
+        return tuple(p for p in new.ports if p.protocol is Protocol.UDP)
+    # StateBuilder hands unchanged services back as the very same objects: only the others can move,
+    # and when it says which came and went (NodeState.changes), only those are looked at.
+    if new.changes is not None and new.changes.applies_to(old):
+        came, went = new.changes.came, new.changes.gone
+        same: set[int] = set()
+    else:
+        came, went = new.ports, old.ports
+        same = {id(p) for p in old.ports}
+    before = {_key(p): p for p in went if p.protocol is Protocol.UDP}
     out = []
-    for p in udp:
-        if id(p) in same:
+    for p in came:
+        if p.protocol is not Protocol.UDP or id(p) in same:
             continue
         prev = before.get(_key(p))
         if prev is None or _watched(prev) != _watched(p):

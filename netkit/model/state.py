@@ -180,7 +180,8 @@ class NodeState:
 class PortChanges:
     """How a NodeState differs from `base`, the state built just before it (held weakly, so states do
     not chain): the ports of `base` that are not in it and its ports that were not in `base`, both by
-    identity, in port order. Every other port is the very object it was in `base`."""
+    identity, in port order. Every other port is the very object it was in `base`. A Service is built
+    whole: all its ports go, and all its ports come, together."""
 
     base: weakref.ref[NodeState]
     gone: tuple[ServicePortState, ...]

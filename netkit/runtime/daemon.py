@@ -52,6 +52,7 @@ from netkit.runtime.health import (
     node_eligible,
     proxy_health_app,
     service_health,
+    service_health_since,
 )
 from netkit.runtime.metrics import Metrics, count_rules, plan_rules
 from netkit.runtime.runner import Runner
@@ -398,13 +399,16 @@ class Daemon:
             # checked against the kernel, not against memory: after a start, and on every full sync,
             # every UDP port is checked (kube-proxy checks them all on every sync)
             self.conntrack.submit(frontends(ports_to_check(None if result.full else self.state, state)))
-        self.state = state
+        previous, self.state = self.state, state
         if result.full:
             # The objects of a synced state live long and hold no cycles: keep the cyclic GC from
             # walking hundreds of thousands of them on every later sync (a 0.2 s pause at 10k services).
             gc.freeze()
         self.health.updated()
-        await self.service_health.update(service_health(state), self._health_hosts(state))
+        changes = state.changes
+        wanted = service_health_since(self.service_health.current, changes) \
+            if changes is not None and changes.applies_to(previous) else service_health(state)
+        await self.service_health.update(wanted, self._health_hosts(state))
         if not self.synced.is_set():
             await asyncio.to_thread(self._remove_leftovers)
         self.synced.set()

@@ -29,7 +29,8 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from netkit.model import IPFamily, NodeState
+from netkit.model import IPFamily, NodeInfo, NodeState
+from netkit.model.state import PortChanges
 from netkit.model.types import IPAddress, IPNetwork, Node
 from netkit.netns import socket_in
 
@@ -190,6 +191,18 @@ def service_health(state: NodeState) -> dict[tuple[str, str], ServiceHealth]:
             prev = out.get(key)
             if prev is None or count > prev.local_endpoints:
                 out[key] = ServiceHealth(key[0], key[1], p.health_check_node_port, count)
+    return out
+
+
+def service_health_since(previous: Mapping[tuple[str, str], ServiceHealth],
+                         changes: PortChanges) -> dict[tuple[str, str], ServiceHealth]:
+    """`service_health` of the new state from that of the state `changes` started from: the
+    Services whose ports went or came are counted again from the ports that came (a Service's
+    ports come together), every other entry is kept."""
+    out = dict(previous)
+    for p in (*changes.gone, *changes.came):
+        out.pop((p.name.ref.namespace, p.name.ref.name), None)
+    out.update(service_health(NodeState(NodeInfo(), changes.came)))
     return out
 
 

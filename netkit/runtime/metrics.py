@@ -27,7 +27,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from netkit.model import IPFamily, NodeState
+from netkit.model import IPFamily, NodeState, ServicePortState
 from netkit.rules.iptables.names import CT_STATE_INVALID_DROPPED, LOCALHOST_NODEPORTS_ACCEPTED
 
 
@@ -139,6 +139,7 @@ class Metrics:
         if process:
             ProcessCollector(registry=r)
         self.m: dict[str, Any] = {}
+        self._no_local: tuple[NodeState, dict[IPFamily, tuple[int, int]]] | None = None
         for spec in (*KUBE_PROXY_METRICS, *NETKIT_METRICS):
             if spec.exported and mode in spec.modes and not spec.nfacct:
                 self.m[spec.name] = _make(spec, r)
@@ -179,7 +180,12 @@ class Metrics:
         self.m[f"kubeproxy_proxy_{endpoint}_total"].labels(str(code)).inc()
 
     def no_local_endpoints(self, state: NodeState) -> None:
-        counts = no_local_endpoints_by_family(state)
+        last = self._no_local
+        if last is not None and state.changes is not None and state.changes.applies_to(last[0]):
+            counts = _count_no_local(state.changes.came, _count_no_local(state.changes.gone, last[1], -1))
+        else:
+            counts = _count_no_local(state.ports, {})
+        self._no_local = (state, counts)  # the counts follow what changed on the next sync
         for f in self.families:
             internal, external = counts.get(f, (0, 0))
             g = self.m["kubeproxy_sync_proxy_rules_no_local_endpoints_total"]
@@ -231,15 +237,21 @@ def no_local_endpoints(state: NodeState, family: IPFamily) -> tuple[int, int]:
 
 
 def no_local_endpoints_by_family(state: NodeState) -> dict[IPFamily, tuple[int, int]]:
-    counts: dict[IPFamily, list[int]] = {}
-    for p in state.ports:
+    return _count_no_local(state.ports, {})
+
+
+def _count_no_local(ports: Iterable[ServicePortState], start: Mapping[IPFamily, tuple[int, int]],
+                    sign: int = 1) -> dict[IPFamily, tuple[int, int]]:
+    """`start` with each port of `ports` counted in (sign 1) or out (-1)."""
+    counts = {f: list(c) for f, c in start.items()}
+    for p in ports:
         if not p.has_endpoints or p.local_endpoints:
             continue
         c = counts.setdefault(p.family, [0, 0])
         if p.internal_policy_local:
-            c[0] += 1
+            c[0] += sign
         if p.external_policy_local and p.externally_accessible:
-            c[1] += 1
+            c[1] += sign
     return {f: (c[0], c[1]) for f, c in counts.items()}
 
 

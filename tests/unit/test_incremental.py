@@ -14,12 +14,15 @@ from hypothesis import strategies as st
 
 from netkit.config import Config, parse_cidrs
 from netkit.model import IPFamily, NodeState, build
+from netkit.model.conntrack import ports_to_check
 from netkit.model.state import StateBuilder
 from netkit.model.types import Objects
 from netkit.rules.iptables.compile import Compiler, compile
 from netkit.rules.iptables.plan import Plan, plan
 from netkit.rules.nftables.ruleset import Element, Elements
 from netkit.rules.registry import backend
+from netkit.runtime.health import service_health, service_health_since
+from netkit.runtime.metrics import Metrics, no_local_endpoints_by_family
 from netkit.sources.store import Store
 from tests.factories import endpoint, node, objects, service, slice_
 
@@ -177,6 +180,7 @@ def test_nftables_compiler_following_state_changes_equals_a_fresh_compile(edits:
     previous_state: NodeState | None = None
     previous = None
     present: set[int] = set()
+    metrics = Metrics("nftables", (IPFamily.IPV4,), process=False)
     for i, count, variant in edits:
         docs = objects(*docs_for(i, count, variant))
         replaced = i in present
@@ -193,6 +197,14 @@ def test_nftables_compiler_following_state_changes_equals_a_fresh_compile(edits:
         assert state == build(store.objects(), "node-a")
         assert_changes_are_the_identity_diff(previous_state, state)
         assert state.changes is not None or not replaced, "a replaced object is followed, not rebuilt"
+        if previous_state is not None and state.changes is not None:  # the daemon's other walks follow it too
+            assert ports_to_check(previous_state, state) == ports_to_check(previous_state, replace(state, changes=None))
+            assert service_health_since(service_health(previous_state), state.changes) == service_health(state)
+            metrics.no_local_endpoints(previous_state)
+            metrics.no_local_endpoints(state)
+            assert metrics._no_local is not None
+            assert metrics._no_local[1].get(IPFamily.IPV4, (0, 0)) == \
+                no_local_endpoints_by_family(state).get(IPFamily.IPV4, (0, 0))
         desired = compiler.compile(state)
         assert desired == be.compile(state, CFG, IPFamily.IPV4)
         if previous is not None:
