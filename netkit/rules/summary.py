@@ -329,11 +329,7 @@ def ipvs_objects(ruleset: ipvs_rs.Ruleset) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     sets = _ipvs_sets(ruleset)
     for vs in ruleset.services:
-        if not vs.comment:
-            key = str(vs.key)
-        else:
-            name, _, _kind = vs.comment.partition(" ")
-            key = f"{name}/{vs.protocol.lower}"
+        key = f"{vs.port_name}/{vs.protocol.lower}" if vs.comment else str(vs.key)
         own = out.setdefault(key, set())
         policy = " (external traffic policy Local, in-cluster)" if vs.fwmark else ""
         own.add(f"virtual {vs.address()} scheduler {vs.scheduler}{policy}")
@@ -381,8 +377,8 @@ def _ipvs_entries(vs: ipvs_rs.VirtualServer, ruleset: ipvs_rs.Ruleset,
     for name, aspect, entries, heads in sets:
         if aspect == "reject":  # KUBE-NO-ENDPOINTS: the whole Service rejects only when its cluster IP does
             if ipport in entries:
-                found.add(f"set {name} {ipport}: reject" if not node_port and not vs.comment.endswith(
-                    ("external IP", "loadbalancer IP", "nodePort")) else f"set {name} {ipport} rejected")
+                found.add(f"set {name} {ipport}: reject" if not node_port and vs.role in (
+                    "cluster IP", "") else f"set {name} {ipport} rejected")
             continue
         hits = heads.get(ipport, []) if heads else [e for e in (str(vs.port) if node_port else ipport,) if e in entries]
         found.update(f"set {name} {e} ({aspect})" for e in hits)
@@ -415,8 +411,7 @@ def name_live(live: Mapping[str, Facts], desired: object) -> dict[str, Facts]:
     names: dict[str, tuple[str, bool]] = {}
     for vs in desired.services:
         if vs.comment:
-            name, _, kind = vs.comment.partition(" ")
-            names[str(vs.key)] = (f"{name}/{vs.protocol.lower}", kind == "cluster IP")
+            names[str(vs.key)] = (f"{vs.port_name}/{vs.protocol.lower}", vs.role == "cluster IP")
     out: dict[str, Facts] = {}
     for key, f in live.items():
         name, cluster = names.get(key, (key, True))

@@ -47,9 +47,9 @@ class IPVSBackend:
         keyed by "proto IP:port" instead."""
         out: dict[str, tuple[str, ...]] = {}
         for vs in ruleset.services:
-            if vs.comment and not vs.comment.endswith(" cluster IP"):
+            if vs.comment and vs.role != "cluster IP":
                 continue
-            key = f"{vs.comment.removesuffix(' cluster IP')}/{vs.protocol.lower}" if vs.comment else str(vs.key)
+            key = f"{vs.port_name}/{vs.protocol.lower}" if vs.comment else str(vs.key)
             out[key] = tuple(rs.hostport(r.ip, r.port) for r in vs.reals if r.weight > 0)
         return out
 

@@ -21,20 +21,15 @@ from dataclasses import replace
 from netkit.rules.ipvs.ruleset import IPSet, Ruleset, VirtualServer
 
 
-def owner(comment: str) -> str:
-    """"ns/svc" from a compiled virtual server's comment ("ns/svc:port cluster IP", "ns/svc …")."""
-    return comment.split(" ", 1)[0].partition(":")[0]
-
-
 def keep(live: Ruleset | None, desired: Ruleset, services: Collection[str]) -> Ruleset:
     wanted = set(services)
     if not wanted or live is None:
         return desired
-    theirs = [vs for vs in desired.services if owner(vs.comment) in wanted]
-    others = [vs for vs in desired.services if owner(vs.comment) not in wanted]
+    theirs = [vs for vs in desired.services if vs.service_name in wanted]
+    others = [vs for vs in desired.services if vs.service_name not in wanted]
     index = live.index
     kept = {vs.key: index[vs.key] for vs in theirs if vs.key in index}
-    if wanted - {owner(vs.comment) for vs in theirs}:  # an invalid Service object: nothing names its parts
+    if wanted - {vs.service_name for vs in theirs}:  # an invalid Service object: nothing names its parts
         claimed = {vs.key for vs in others}
         kept.update((vs.key, vs) for vs in live.services if vs.key not in claimed)
     chosen = sorted([*others, *kept.values()], key=lambda vs: vs.key.sort_key)

@@ -71,6 +71,23 @@ class VirtualServer:
         return VSKey(self.protocol, self.ip, self.port, self.fwmark)
 
     @property
+    def port_name(self) -> str:
+        """"ns/svc:port" of the service port that compiled it ("" for one read from a kernel, which
+        keeps no comments); the one reader of the comment, with `role`."""
+        return self.comment.partition(" ")[0]
+
+    @property
+    def role(self) -> str:
+        """What it serves of its service port: "cluster IP", "external IP", "loadbalancer IP",
+        "nodePort" or "in-cluster traffic to external addresses" ("" when read from a kernel)."""
+        return self.comment.partition(" ")[2]
+
+    @property
+    def service_name(self) -> str:
+        """"ns/svc" of `port_name`."""
+        return self.port_name.partition(":")[0]
+
+    @property
     def spec(self) -> tuple[str, int | None]:
         """What `service set` changes in place."""
         return (self.scheduler, self.persistent)
