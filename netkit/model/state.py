@@ -330,17 +330,27 @@ class StateBuilder:
         return _Memo(svc, tuple(found), node, _service_ports(svc, found, node))
 
     def _follow_services(self, services: tuple[Service, ...]) -> set[Key] | None:
-        """Keep the services by key: the keys of the services that changed, or None when they were
-        all read again (the first build, or many changed)."""
+        """Keep the services by key: the keys of the services that came, went or changed, or None
+        when they were all read again (the first build, many changes, a Service given twice)."""
         old, self._services_in = self._services_in, services
         if services is old:
             return set()
-        changed = _replaced(old, services) if len(self._services) == len(services) else None  # no duplicates
-        if changed is not None:
-            keys = {(b.ref.namespace, b.ref.name) for _, b in changed}
-            if all((a.ref.namespace, a.ref.name) in keys for a, _ in changed):
-                for _, b in changed:
-                    self._services[(b.ref.namespace, b.ref.name)] = b
+        diff = _diff(old, services) if len(self._services) == (len(old) if old is not None else -1) else None
+        if diff is not None:
+            gone, came = diff
+            keys = {(s.ref.namespace, s.ref.name) for s in (*gone, *came)}
+            for s in gone:
+                self._services.pop((s.ref.namespace, s.ref.name), None)
+            for s in came:
+                self._services[(s.ref.namespace, s.ref.name)] = s
+            if len(self._services) == len(services):  # still no key given twice
+                for key in sorted(keys):
+                    i = bisect.bisect_left(self._keys, key)
+                    listed = i < len(self._keys) and self._keys[i] == key
+                    if key in self._services and not listed:
+                        self._keys.insert(i, key)
+                    elif key not in self._services and listed:
+                        del self._keys[i]
                 return keys
         # The same Service given twice (two manifest files): the last one wins, as with kubectl apply.
         self._services = {(svc.ref.namespace, svc.ref.name): svc for svc in services}
@@ -348,17 +358,20 @@ class StateBuilder:
         return None
 
     def _follow_slices(self, slices: tuple[EndpointSlice, ...]) -> set[Key] | None:
-        """Keep the slices grouped by (namespace, service name): the services whose slices changed in
-        place, or None when they were all grouped again."""
+        """Keep the slices grouped by (namespace, service name): the services whose slices came, went
+        or changed, or None when they were all grouped again."""
         old, self._slices_in = self._slices_in, slices
         if slices is old:
             return set()
-        changed = _replaced(old, slices)
-        if changed is not None and all(a.ref == b.ref and a.service_name == b.service_name for a, b in changed):
-            for a, b in changed:
+        diff = _diff(old, slices)
+        if diff is not None:
+            gone, came = diff
+            for a in gone:
                 group = self._by_service[(a.ref.namespace, a.service_name)]
-                group[next(i for i, x in enumerate(group) if x is a)] = b
-            return {(b.ref.namespace, b.service_name) for _, b in changed}
+                del group[next(i for i, x in enumerate(group) if x is a)]
+            for b in came:
+                self._by_service.setdefault((b.ref.namespace, b.service_name), []).append(b)
+            return {(x.ref.namespace, x.service_name) for x in (*gone, *came)}
         # Plain (namespace, name) tuples as keys: hashing them is C code, hashing ObjectRef is not.
         grouped: dict[Key, list[EndpointSlice]] = defaultdict(list)
         for s in slices:
@@ -367,15 +380,24 @@ class StateBuilder:
         return None
 
 
-def _replaced(old: Sequence[T] | None, new: Sequence[T]) -> list[tuple[T, T]] | None:
-    """The (old, new) pairs at the positions where `new` holds another object than `old`, when both
-    have the same length and at most _PATCH_LIMIT differ; else None. The walk is C code."""
-    if old is None or len(old) != len(new):
+def _diff(old: Sequence[T] | None, new: Sequence[T]) -> tuple[list[T], list[T]] | None:
+    """(objects of `old` not in `new`, objects of `new` not in `old`), by identity, when at most
+    _PATCH_LIMIT differ; else None. The walks are C code: position by position for equal lengths
+    (an object replaced in place), else by sets of identities."""
+    if old is None:
         return None
-    at = list(compress(range(len(new)), map(operator.is_not, old, new)))
-    if len(at) > _PATCH_LIMIT:
+    if len(old) == len(new):
+        at = list(compress(range(len(new)), map(operator.is_not, old, new)))
+        if len(at) > _PATCH_LIMIT:
+            return None
+        return [old[i] for i in at], [new[i] for i in at]
+    if abs(len(old) - len(new)) > _PATCH_LIMIT:
         return None
-    return [(old[i], new[i]) for i in at]
+    before, after = dict(zip(map(id, old), old)), dict(zip(map(id, new), new))
+    gone, came = before.keys() - after.keys(), after.keys() - before.keys()
+    if len(gone) + len(came) > _PATCH_LIMIT:
+        return None
+    return list(map(before.__getitem__, gone)), list(map(after.__getitem__, came))
 
 
 def _same_objects(old: tuple[EndpointSlice, ...], new: list[EndpointSlice]) -> bool:
