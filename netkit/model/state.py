@@ -393,7 +393,7 @@ def _diff(old: Sequence[T] | None, new: Sequence[T]) -> tuple[list[T], list[T]] 
         return [old[i] for i in at], [new[i] for i in at]
     if abs(len(old) - len(new)) > _PATCH_LIMIT:
         return None
-    before, after = dict(zip(map(id, old), old)), dict(zip(map(id, new), new))
+    before, after = dict(zip(map(id, old), old, strict=True)), dict(zip(map(id, new), new, strict=True))
     gone, came = before.keys() - after.keys(), after.keys() - before.keys()
     if len(gone) + len(came) > _PATCH_LIMIT:
         return None
