@@ -68,6 +68,8 @@ class Compiler:
         self._port_parts: dict[str, Part] = {}  # every compiled port's Part by label (the index)
         self._names: dict[str, int] = {}  # endpoint-chain name → how many ports have it
         self._slots: dict[str, int] = {}
+        self._taken: dict[int, str] = {}  # slot → the name in it
+        self._passed: dict[int, int] = {}  # slot → how many names' probes passed it (taken when they came)
         self._counts: dict[str, dict[Element, int]] = {}  # shared set → element → contributors
         self._shared: dict[str, NamedSet] = {}  # the shared sets with their elements, as last built
         self._chains = _ByName[Chain]()  # every chain (fixed and ports') by name, kept in name order
@@ -151,16 +153,15 @@ class Compiler:
     # ── slots ──
 
     def _count_names(self, came: list[PortPart], gone: list[PortPart]) -> bool:
-        """Keep the name → slot map a pure function of the names in use: recomputed (all of it)
-        only when a name comes or goes, which a change of endpoints within a port never does.
-        True when the slots were recomputed."""
-        counts, before = self._names, len(self._names)
-        appeared = False  # a name no port had
+        """Keep the name → slot map a pure function of the names in use (`compile.slots_of`). A
+        change of endpoints within a port changes no name; a name that comes or goes is placed or
+        taken out alone when that moves no other name (its slot free and no other name's probe
+        passed it), else all slots are computed again. True when other ports' slots may have moved."""
+        counts = self._names
+        had = {name: counts.get(name, 0) for e in (*came, *gone) for name in e.names}
         for e in came:
             for name in e.names:
-                had = counts.get(name, 0)
-                counts[name] = had + 1
-                appeared = appeared or not had
+                counts[name] = counts.get(name, 0) + 1
         for e in gone:
             for name in e.names:
                 left = counts[name] - 1
@@ -168,9 +169,32 @@ class Compiler:
                     counts[name] = left
                 else:
                     del counts[name]
-        if not appeared and len(counts) == before:
+        appeared = sorted(name for name, n in had.items() if not n and name in counts)
+        vanished = sorted(name for name, n in had.items() if n and name not in counts)
+        if not appeared and not vanished:
+            return False
+        if self._place(appeared, vanished):
             return False
         self._slots = c.slots_of(counts)
+        self._taken, self._passed = _probes(self._slots)
+        return True
+
+    def _place(self, appeared: list[str], vanished: list[str]) -> bool:
+        """Take out and place names without moving any other; False when that is not possible (the
+        caller then computes every slot again, so what was done here is thrown away)."""
+        taken, passed, slots = self._taken, self._passed, self._slots
+        for name in vanished:
+            slot = slots[name]
+            if passed.get(slot):  # a later name probed past it: it would move into the freed slot
+                return False
+            del taken[slot], slots[name]
+            for s in _probed(c.slot_hash(name), slot):
+                passed[s] -= 1
+        for name in appeared:
+            slot = c.slot_hash(name)
+            if slot in taken or passed.get(slot):
+                return False
+            taken[slot], slots[name] = name, slot
         return True
 
     def _slots_of(self, e: PortPart) -> tuple[int | None, ...]:
@@ -298,6 +322,25 @@ class _ByName(Generic[T]):
                 names.insert(i, name)
                 items.insert(i, item)
         return tuple(items)
+
+
+def _probed(start: int, slot: int) -> list[int]:
+    """The slots a name probed past, from its hash to the slot it got."""
+    out = []
+    while start != slot:
+        out.append(start)
+        start = (start + 1) % c.SLOTS
+    return out
+
+
+def _probes(slots: dict[str, int]) -> tuple[dict[int, str], dict[int, int]]:
+    """(slot → name, slot → how many names probed past it) of a complete slot map."""
+    taken = {slot: name for name, slot in slots.items()}
+    passed: dict[int, int] = {}
+    for name, slot in slots.items():
+        for s in _probed(c.slot_hash(name), slot):
+            passed[s] = passed.get(s, 0) + 1
+    return taken, passed
 
 
 def _base(before: NamedSet, definition: NamedSet) -> bool:
