@@ -6,8 +6,8 @@ REMEMBERING (IPVS's own cases are in test_ipvs_incremental.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from unittest import mock
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
