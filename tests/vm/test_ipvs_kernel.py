@@ -108,6 +108,26 @@ def test_removed_endpoint_drains_gracefully(kernel: IPVSKernel, served: Lab) -> 
     assert POD_IPS[0] not in reals(kernel, "10.96.0.10", 80)
 
 
+def test_a_plan_from_memory_drains_a_connected_real_server_and_takes_it_back(kernel: IPVSKernel,
+                                                                            served: Lab) -> None:
+    # the daemon's partial syncs plan against what it committed, which has no connection counts
+    before = sync(kernel, state(sp("web", "10.96.0.10", 80, POD_IPS)))
+    conns = [served.connect("10.96.0.10", 80) for _ in range(3)]
+    conn, _ = next((s, who) for s, who in conns if who.startswith(POD_IPS[0] + ":"))
+    for s, _ in conns:
+        if s is not conn:
+            s.close()
+    after = compile(state(sp("web", "10.96.0.10", 80, tuple(ip for ip in POD_IPS if ip != POD_IPS[0]))), CONFIG, V4)
+    kernel.apply(plan(before, after))
+    rs = reals(kernel, "10.96.0.10", 80)
+    assert rs[POD_IPS[0]].weight == 0 and rs[POD_IPS[0]].active == 1  # draining, not gone
+    conn.sendall(b"still there\n")
+    assert conn.recv(100) == b"still there\n"
+    kernel.apply(plan(after, before))  # the endpoint is back while it drains: set again, not added
+    assert reals(kernel, "10.96.0.10", 80)[POD_IPS[0]].weight == 1
+    conn.close()
+
+
 def test_udp_real_server_is_removed_at_once(kernel: IPVSKernel, served: Lab) -> None:
     sync(kernel, state(sp("dns", "10.96.0.53", 53, POD_IPS, proto=Protocol.UDP, target=5353)))
     served.udp_hits("10.96.0.53", 53, 3)

@@ -24,6 +24,7 @@ import json
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from ipaddress import ip_address
 
 from netkit import netns as ns
@@ -134,14 +135,37 @@ class IPVSKernel:
                      for r in vs.reals]
         adds += [(f"set service {vs.key}", nlk.request(nlk.CMD_SET_SERVICE, self._spec(vs)))
                  for vs in plan.set_services]
+        live = self._live(nl, (*plan.add_reals, *plan.del_reals))
         for verb, cmd, pairs in (("add", nlk.CMD_NEW_DEST, plan.add_reals), ("set", nlk.CMD_SET_DEST, plan.set_reals)):
-            adds += [(f"{verb} real {rs.hostport(r.ip, r.port)} of {vs.key}", self._dest(cmd, vs, r))
-                     for vs, r in pairs]
-        removals = [(f"delete real {rs.hostport(r.ip, r.port)} of {vs.key}", self._dest(nlk.CMD_DEL_DEST, vs, r))
-                    for vs, r in plan.del_reals]
+            for vs, r in pairs:
+                there = cmd == nlk.CMD_NEW_DEST and (vs.key, r.key) in live  # left draining earlier
+                adds.append((f"{'set' if there else verb} real {rs.hostport(r.ip, r.port)} of {vs.key}",
+                             self._dest(nlk.CMD_SET_DEST if there else cmd, vs, r)))
+        removals = []
+        for vs, r in plan.del_reals:
+            if vs.protocol is Protocol.TCP and live.get((vs.key, r.key), 0) > 0:  # still connected: drain it
+                adds.append((f"drain real {rs.hostport(r.ip, r.port)} of {vs.key}",
+                             self._dest(nlk.CMD_SET_DEST, vs, replace(r, weight=0))))
+            else:
+                removals.append((f"delete real {rs.hostport(r.ip, r.port)} of {vs.key}",
+                                 self._dest(nlk.CMD_DEL_DEST, vs, r)))
         removals += [(f"delete service {vs.key}", nlk.request(nlk.CMD_DEL_SERVICE, self._key(vs)))
                      for vs in plan.del_services]
         self._write(nl, [adds, removals])
+
+    def _live(self, nl: nlk.IPVSNetlink, pairs: tuple[tuple[VirtualServer, RealServer], ...]) -> dict[
+            tuple[rs.VSKey, tuple[IPAddress, int]], int]:
+        """The real servers the kernel has (with their ActiveConn) in the virtual servers whose real
+        servers a plan adds or deletes. A plan made against the daemon's memory (a partial sync)
+        knows neither the counts nor the real servers left draining: a deleted TCP real server
+        still connected is drained (weight 0) as a plan made from a dump would have it, and the
+        next full sync deletes it once its connections are gone; one added back while it drains is
+        set, not added (the kernel would refuse an add)."""
+        out: dict[tuple[rs.VSKey, tuple[IPAddress, int]], int] = {}
+        for vs in {vs.key: vs for vs, _ in pairs}.values():
+            for d in nl.dests(self._key(vs), self.af):
+                out[(vs.key, (d.addr, d.port))] = d.active
+        return out
 
     def _write(self, nl: nlk.IPVSNetlink, groups: list[list[tuple[str, tuple[int, bytes]]]]) -> None:
         try:
