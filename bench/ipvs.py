@@ -137,8 +137,8 @@ def bare_apply(kernel: Any, p: ipvs_plan.Plan, via: str) -> float:
         tool([kernel.iptables.tool("restore"), "--noflush", "--wait", "5"], [ipt_render(p.iptables)])
     if any((p.add_services, p.set_services, p.del_services, p.add_reals, p.set_reals, p.del_reals)):
         if via == "netlink":
-            with nlk.IPVSNetlink(kernel.netns) as nl:
-                kernel._apply_ipvs(nl, p)
+            with nlk.IPVSNetlink(kernel.netns) as nl:  # the writes only: not apply's read of the live ones
+                nl.write(kernel.requests(p, {}))
         else:
             pyroute2_requests(kernel.netns, p)
     tool(["ipset", "restore"], [*(f"del {name} {e}" for name, e in p.del_entries),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from ipaddress import ip_address
@@ -128,6 +128,12 @@ class IPVSKernel:
 
     def _apply_ipvs(self, nl: nlk.IPVSNetlink, plan: Plan) -> None:
         """Additions and changes, then (only when all of them succeeded) removals."""
+        self._write(nl, self.requests(plan, self._live(nl, (*plan.add_reals, *plan.del_reals))))
+
+    def requests(self, plan: Plan, live: Mapping[tuple[rs.VSKey, tuple[IPAddress, int]], int]) -> list[
+            list[tuple[str, tuple[int, bytes]]]]:
+        """The plan's IPVS requests in two groups, additions and changes then removals, given the
+        real servers the kernel has in the virtual servers concerned (`_live`)."""
         adds: list[tuple[str, tuple[int, bytes]]] = []
         for vs in plan.add_services:
             adds.append((f"add service {vs.key}", nlk.request(nlk.CMD_NEW_SERVICE, self._spec(vs))))
@@ -135,13 +141,12 @@ class IPVSKernel:
                      for r in vs.reals]
         adds += [(f"set service {vs.key}", nlk.request(nlk.CMD_SET_SERVICE, self._spec(vs)))
                  for vs in plan.set_services]
-        live = self._live(nl, (*plan.add_reals, *plan.del_reals))
         for verb, cmd, pairs in (("add", nlk.CMD_NEW_DEST, plan.add_reals), ("set", nlk.CMD_SET_DEST, plan.set_reals)):
             for vs, r in pairs:
                 there = cmd == nlk.CMD_NEW_DEST and (vs.key, r.key) in live  # left draining earlier
                 adds.append((f"{'set' if there else verb} real {rs.hostport(r.ip, r.port)} of {vs.key}",
                              self._dest(nlk.CMD_SET_DEST if there else cmd, vs, r)))
-        removals = []
+        removals: list[tuple[str, tuple[int, bytes]]] = []
         for vs, r in plan.del_reals:
             if vs.protocol is Protocol.TCP and live.get((vs.key, r.key), 0) > 0:  # still connected: drain it
                 adds.append((f"drain real {rs.hostport(r.ip, r.port)} of {vs.key}",
@@ -151,7 +156,7 @@ class IPVSKernel:
                                  self._dest(nlk.CMD_DEL_DEST, vs, r)))
         removals += [(f"delete service {vs.key}", nlk.request(nlk.CMD_DEL_SERVICE, self._key(vs)))
                      for vs in plan.del_services]
-        self._write(nl, [adds, removals])
+        return [adds, removals]
 
     def _live(self, nl: nlk.IPVSNetlink, pairs: tuple[tuple[VirtualServer, RealServer], ...]) -> dict[
             tuple[rs.VSKey, tuple[IPAddress, int]], int]:
