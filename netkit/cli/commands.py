@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Generic
 
 from netkit import nfacct
@@ -157,7 +158,10 @@ def _check_netns(args: argparse.Namespace) -> None:
 def _desired(be: Backend[R, P], inputs: Inputs, family: IPFamily, live: R) -> tuple[R, list[str]]:
     """The compiled ruleset, with the live rules of Services whose input is invalid kept as they
     are (netkit.rules.keep); and those Services' service ports, for the report."""
-    desired = be.compile(inputs.state, inputs.config, family)
+    return _kept(be, inputs, be.compile(inputs.state, inputs.config, family), live)
+
+
+def _kept(be: Backend[R, P], inputs: Inputs, desired: R, live: R) -> tuple[R, list[str]]:
     if not inputs.keep:
         return desired, []
     kept = [_display(k) for k in kept_ports(be.summarize(live), inputs.keep)] if live is not None else []
@@ -222,16 +226,24 @@ def _diff(args: argparse.Namespace, progress: Progress) -> int:
     flt = Filter.of(args)
 
     def run(be: Backend[R, P]) -> int:
-        # The kernel is read while the input is (netkit.cli.early): the dumps are mostly the tools' work.
-        # A missing namespace is reported after the input's own errors (by _setup), as before.
+        # The kernel is read while the input is (netkit.cli.early): the dumps and the survey of other
+        # modes' leftovers are mostly the tools' work. A missing namespace is reported after the
+        # input's own errors (by _setup), as before.
         kernels = {family: be.kernel(config, family, args.netns) for family in _families(args)}
-        early = EarlyDumps({family: kernel.dump for family, kernel in kernels.items()}) \
-            if not args.netns or exists(args.netns) else None
+        early = EarlyDumps({family: partial(_read_kernel, be.name, family, kernel, args.netns)
+                            for family, kernel in kernels.items()}) if not args.netns or exists(args.netns) else None
         inputs = _with_nfacct(_read(args, progress, config), args)
         report: dict[str, FamilyDiff[P]] = {}
+        surveys: dict[IPFamily, list[Survey]] = {}
+
+        def dumped(family: IPFamily) -> R:
+            assert early is not None
+            live, surveys[family] = early.get(family)
+            return live
+
         for family, kernel in kernels.items():
             live, desired, kept, p = _read_and_plan(be, inputs, family, kernel, progress,
-                                                    early.get if early is not None else None)
+                                                    dumped if early is not None else None)
             # An empty plan means in sync, whatever the summaries say.
             with progress.phase(f"{family.value}: summarise") as done:
                 changes = [] if p.empty else plan_summary(be, live, desired, summary.addresses(inputs.state, family))
@@ -239,7 +251,10 @@ def _diff(args: argparse.Namespace, progress: Progress) -> int:
                     keep = flt.keys({(c.service.namespace, c.service.name) for c in changes}, inputs.objects)
                     changes = [c for c in changes if (c.service.namespace, c.service.name) in keep]
                 done(Totals.of(changes).line())
-            stale = leftover_lines(be.name, _leftovers(be.name, kernel.iptables_flavour, family, args.netns, live))
+            found = surveys.get(family)
+            if found is None:
+                found = _leftovers(be.name, kernel.iptables_flavour, family, args.netns, live)
+            stale = leftover_lines(be.name, found)
             in_sync = (not changes) if flt.active else p.empty and not stale
             report[family.value] = FamilyDiff(in_sync, changes, p, be.foreign(live, desired) + stale, kept)
         pending = any(not r.in_sync or r.services for r in report.values())
@@ -252,6 +267,12 @@ def _diff(args: argparse.Namespace, progress: Progress) -> int:
         return 1 if pending else 0
 
     return with_backend(config.mode, run)
+
+
+def _read_kernel(mode: str, family: IPFamily, kernel: Kernel[R, P], netns: str | None) -> tuple[R, list[Survey]]:
+    """What `diff` reads of the kernel: the live rules, and what other modes left (read-only)."""
+    live = kernel.dump()
+    return live, _leftovers(mode, kernel.iptables_flavour, family, netns, live)
 
 
 def plan_summary(be: Backend[R, P], live: R, desired: R, names: Mapping[str, str] | None = None) -> list[ServiceChange]:
@@ -342,13 +363,21 @@ def _with_nfacct(inputs: Inputs, args: argparse.Namespace) -> Inputs:
 
 def _read_and_plan(be: Backend[R, P], inputs: Inputs, family: IPFamily, kernel: Kernel[R, P],
                    progress: Progress, dumped: Callable[[IPFamily], R] | None = None) -> tuple[R, R, list[str], P]:
-    """Dump the live rules (or take the dump `dumped` read), compile (keeping what invalid input
-    protects) and plan, one phase each."""
-    with progress.phase(f"{family.value}: read the live rules"):
-        live = kernel.dump() if dumped is None else dumped(family)
-    with progress.phase(f"{family.value}: compile") as done:
-        desired, kept = _desired(be, inputs, family, live)
-        done(f"{_ports(inputs, family)} service ports")
+    """Dump the live rules, compile (keeping what invalid input protects) and plan, one phase each.
+    With `dumped` (the dump being read meanwhile, netkit.cli.early), compile first, then take it."""
+    if dumped is not None:
+        with progress.phase(f"{family.value}: compile") as done:
+            compiled = be.compile(inputs.state, inputs.config, family)
+            done(f"{_ports(inputs, family)} service ports")
+        with progress.phase(f"{family.value}: read the live rules"):
+            live = dumped(family)
+            desired, kept = _kept(be, inputs, compiled, live)
+    else:
+        with progress.phase(f"{family.value}: read the live rules"):
+            live = kernel.dump()
+        with progress.phase(f"{family.value}: compile") as done:
+            desired, kept = _desired(be, inputs, family, live)
+            done(f"{_ports(inputs, family)} service ports")
     with progress.phase(f"{family.value}: plan") as done:
         p = be.plan(live, desired)
         done(str(p.stats()))

@@ -1,4 +1,5 @@
-"""`netkit diff` reads the kernel while it reads its input: the dumps start in a thread first.
+"""`netkit diff` reads the kernel while it reads its input: the dumps (and the survey of what other
+modes left) start in a thread first.
 
 Reading what the kernel holds is mostly the kernel's tool at work in a child process
 (`iptables-save`: 1–10 s at 10,000 services; `nft -j list table`), while decoding the manifests,
