@@ -155,11 +155,14 @@ def test_a_told_change_is_followed_without_walking_every_port(monkeypatch: pytes
     another_local = [*base[:5], (3, 2), *base[6:]]  # a port now needs a mark: the others' may move
     first, second, third = states([base, one_endpoint_less, another_local], cache, tell=True)
     compiler = Compiler(CFG, V4)
-    compiler.compile(first)
+    was = compiler.compile(first)
     walks: list[int] = []
     real_walk = compiler._walk
     monkeypatch.setattr(compiler, "_walk", lambda *a: (walks.append(1), real_walk(*a)))
-    assert compiler.compile(second) == compile(second, CFG, V4) and walks == []
+    now = compiler.compile(second)
+    assert now == compile(second, CFG, V4) and walks == []
+    assert now.addresses is was.addresses  # its cluster IP went and came back: no new set of addresses
+    assert compiler.changed_since(was) is not None and not compiler.changed_since(was).addresses  # type: ignore[union-attr]
     assert compiler.compile(third) == compile(third, CFG, V4) and walks == [1]
 
 

@@ -116,11 +116,23 @@ def compile_port(ctx: Context, sp: ServicePortState, mark: int) -> Part:
 class _Touched:
     services: set[VSKey] = field(default_factory=set)
     sets: set[str] = field(default_factory=set)  # base names
-    addresses: bool = False
+    addr_came: set[IPAddress] = field(default_factory=set)  # kube-ipvs0 addresses new, and gone (net of
+    addr_went: set[IPAddress] = field(default_factory=set)  # a port removed and added back)
     mangle: bool = False
     bulk: bool = False  # a fresh compile: virtual servers are sorted once at the end
     came: dict[str, set[str]] = field(default_factory=dict)  # set base name → entries new in it
     went: dict[str, set[str]] = field(default_factory=dict)  # … and gone from it
+
+    @property
+    def addresses(self) -> bool:
+        return bool(self.addr_came or self.addr_went)
+
+    def flip_address(self, a: IPAddress, present: bool) -> None:
+        undo, do = (self.addr_went, self.addr_came) if present else (self.addr_came, self.addr_went)
+        if a in undo:
+            undo.discard(a)
+        else:
+            do.add(a)
 
     def flip(self, base: str, entry: str, present: bool) -> None:
         """An entry came (present) or went; one that goes and comes back in one compile is no change."""
@@ -273,7 +285,7 @@ class Compiler:
         for a in part.addresses:
             now = self._addresses[a] + delta
             if now == flips:
-                t.addresses = True
+                t.flip_address(a, delta > 0)
             if now:
                 self._addresses[a] = now
             else:
@@ -327,7 +339,12 @@ class Compiler:
             services, index = last.services, last.index
         else:
             services, index = tuple(self._sorted), dict(self._services)
-        addresses = last.addresses if last is not None and not t.addresses else frozenset(self._addresses)
+        if last is None:
+            addresses = frozenset(self._addresses)
+        elif t.addresses:  # from the last ones: hashing 10,000 ipaddress objects again costs ~3 ms
+            addresses = (last.addresses - t.addr_went) | t.addr_came
+        else:
+            addresses = last.addresses
         payload = last.iptables if last is not None and not t.mangle else self._payload()
         keep = tuple(net for net in self.config.ipvs_exclude_cidrs
                      if net.version == (4 if self.family is IPFamily.IPV4 else 6))
