@@ -7,6 +7,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import replace
 from ipaddress import ip_address
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -158,7 +159,11 @@ def test_a_told_change_is_followed_without_walking_every_port(monkeypatch: pytes
     was = compiler.compile(first)
     walks: list[int] = []
     real_walk = compiler._walk
-    monkeypatch.setattr(compiler, "_walk", lambda *a: (walks.append(1), real_walk(*a)))
+    def walk(*a: Any) -> None:
+        walks.append(1)
+        real_walk(*a)
+
+    monkeypatch.setattr(compiler, "_walk", walk)
     now = compiler.compile(second)
     assert now == compile(second, CFG, V4) and walks == []
     assert now.addresses is was.addresses  # its cluster IP went and came back: no new set of addresses
