@@ -70,8 +70,8 @@ def netlink(refuse: set[int]) -> tuple[nlk.IPVSNetlink, FakeSocket]:
     return nl, fake
 
 
-def step(i: int) -> tuple[str, tuple[int, bytes]]:
-    return f"step {i}", nlk.request(nlk.CMD_NEW_DEST, b"")
+def step(i: int) -> nlk.Step:
+    return (lambda: f"step {i}"), nlk.request(nlk.CMD_NEW_DEST, b"")
 
 
 def test_removals_are_not_sent_when_an_addition_failed() -> None:

@@ -30,7 +30,7 @@ import errno
 import os
 import socket
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
 
@@ -53,6 +53,10 @@ GENL_VERSION = 1  # IPVS_GENL_VERSION
 PERSISTENT = 0x1  # IP_VS_SVC_F_PERSISTENT
 MASQ = 0  # IP_VS_CONN_F_MASQ
 BATCH = 256  # requests per send (~50 KB of requests; the acknowledgements fit the receive buffer)
+
+
+# one request of a write: (what it is, said when it failed; (command, attributes))
+Step = tuple[Callable[[], str], tuple[int, bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,26 +268,26 @@ class IPVSNetlink:
     def dests(self, key: bytes, af: int) -> list[Dest]:
         return [decode_dest(p, af) for p in self.dump(CMD_GET_DEST, nla(CMD_ATTR_SERVICE | NLA_F_NESTED, key))]
 
-    def write(self, groups: Sequence[Sequence[tuple[str, tuple[int, bytes]]]]) -> None:
+    def write(self, groups: Sequence[Sequence[Step]]) -> None:
         """Send each group of (what, request) steps, acknowledged, in batches; stop after the group
         with the first failed step and raise NetlinkError naming it."""
         for group in groups:
-            failed: tuple[str, NetlinkError] | None = None
+            failed: tuple[Callable[[], str], NetlinkError] | None = None
             for start in range(0, len(group), BATCH):
                 failed = self._batch(group[start:start + BATCH]) or failed
                 if failed is not None:
                     break
             if failed is not None:
                 what, exc = failed
-                raise NetlinkError(exc.errno, f"{what}: {exc.strerror}")
+                raise NetlinkError(exc.errno, f"{what()}: {exc.strerror}")
 
-    def _batch(self, steps: Sequence[tuple[str, tuple[int, bytes]]]) -> tuple[str, NetlinkError] | None:
+    def _batch(self, steps: Sequence[Step]) -> tuple[Callable[[], str], NetlinkError] | None:
         first = self._seq + 1
         buf = b"".join(message(self.family, NLM_F_REQUEST | NLM_F_ACK, self._next(), cmd, body)
                        for _, (cmd, body) in steps)
         self.sock.send(buf)
         waiting = set(range(first, self._seq + 1))
-        failed: tuple[str, NetlinkError] | None = None
+        failed: tuple[Callable[[], str], NetlinkError] | None = None
         failed_at = len(steps)
         while waiting:
             data = self.sock.recv(1 << 20)
