@@ -45,11 +45,13 @@ from netkit.rules.iptables.ruleset import render
 
 
 def objects(n_services: int, n_endpoints: int, affinity_every: int = 7) -> Objects:
-    """N services × E endpoints; every 10th a NodePort, every `affinity_every`-th with ClientIP affinity (0: none)."""
+    """N services × E endpoints; every 10th a NodePort (up to 2,768), every `affinity_every`-th with
+    ClientIP affinity (0: none)."""
     services, slices = [], []
     for i in range(n_services):
         ref = ObjectRef(f"ns{i % 50}", f"svc{i}")
-        nodeport = ServiceType.NODE_PORT if i % 10 == 0 else ServiceType.CLUSTER_IP
+        # every 10th a NodePort, as long as nodePorts 30000-32767 last (2,768: the first 27,680 services)
+        nodeport = ServiceType.NODE_PORT if i % 10 == 0 and i // 10 < 2768 else ServiceType.CLUSTER_IP
         port = ServicePort("http", Protocol.TCP, 80, 8080, 30000 + (i // 10) % 2768 if nodeport is ServiceType.NODE_PORT
                            else None)
         sticky = 10800 if affinity_every and i % affinity_every == 0 else None

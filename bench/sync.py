@@ -166,6 +166,10 @@ async def measure(backend: str, n: int, changes: int, netns: str, affinity_every
     syncer.backend = Timed(syncer.backend, phases)
     task = asyncio.create_task(daemon.run())
     t0 = time.perf_counter()
+    await asyncio.wait([task, asyncio.create_task(daemon.synced.wait()), asyncio.create_task(done.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    if not daemon.synced.is_set() and finished and finished[-1][1].error:  # it would retry in an hour
+        raise RuntimeError(f"the first sync failed: {finished[-1][1].error}")
     await asyncio.wait([task, asyncio.create_task(daemon.synced.wait())], return_when=asyncio.FIRST_COMPLETED)
     if task.done():
         task.result()  # the daemon stopped: raise its error
