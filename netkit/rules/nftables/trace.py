@@ -9,7 +9,8 @@ chains of the hooks a first packet passes, each hook's chains in priority order:
                                  after DNAT, an address of the node?) input or forward → postrouting
     from the node itself:        output (filter -110, nat -100, filter 0) → postrouting
 
-What it understands is what netkit writes: matches on `ip/ip6 saddr|daddr`, `meta l4proto|mark`,
+It evaluates each rule as the typed reader (rule.py) reads it. What it understands is what
+netkit writes: matches on `ip/ip6 saddr|daddr`, `meta l4proto|mark`,
 `th|tcp|udp|sctp dport|sport`, `ct state|status`, `fib saddr|daddr type`, `iifname`, with `==`/`!=`,
 prefixes, anonymous sets and named sets (`@name`); concatenations (`a . b`); `& | ^` on marks;
 `vmap` (named or anonymous) to jump/goto/accept/drop/return; `numgen random mod N [offset O]`, as a
