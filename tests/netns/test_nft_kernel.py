@@ -194,6 +194,7 @@ def test_full_sync_reads_the_kernel_again_after_any_edit(netns: str, transport: 
         assert live == b
     else:
         assert live != b and not plan(live, b).empty
+        assert live is not None and live.chain_map()["nat-prerouting"] is b.chain_map()["nat-prerouting"]  # shared
         k.apply(plan(live, b))
         assert k.dump() == b
     assert k.dump_reusing(b) is b  # the dump just read is what the kernel holds

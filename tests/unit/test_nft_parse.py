@@ -63,3 +63,18 @@ ELEMENT = st.one_of(VALUE, st.tuples(VALUE, DATA).map(list))
 @given(ELEMENT)
 def test_the_short_ways_read_as_the_general_reader(e: object) -> None:
     assert element(e) == _any_element(e)
+
+
+def test_a_dump_read_like_a_committed_ruleset_shares_what_is_equal() -> None:
+    text = json.dumps(DOC)
+    committed = parse(text)
+    assert committed is not None
+    edited = json.loads(text)
+    edited["nftables"][2]["set"]["elem"] = ["10.96.0.1"]  # an element of cluster-ips deleted
+    live = parse(json.dumps(edited), like=committed)
+    assert live is not None and live != committed
+    assert live.set_map()["cluster-ips"].elements == {Element("10.96.0.1")}
+    assert live.set_map()["service-ips"] is committed.set_map()["service-ips"]
+    assert live.chain_map()["svc-x"] is committed.chain_map()["svc-x"]
+    assert parse(text, like=committed) == committed
+    assert parse(text, "ip6", like=committed) is not None  # another family's table shares nothing

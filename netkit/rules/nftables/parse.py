@@ -28,8 +28,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from netkit.errors import NetkitError
 from netkit.rules.nftables.render import TYPEOF_ADDRESS
@@ -54,11 +54,14 @@ class ParseError(NetkitError):
 FOREIGN = "# foreign:"
 
 
-def parse(text: str, family: str = "ip", table: str = "netkit") -> Ruleset | None:
-    """The netkit table found in `text` (JSON dump or rendered script); None if it is not there."""
+def parse(text: str, family: str = "ip", table: str = "netkit", *, like: Ruleset | None = None) -> Ruleset | None:
+    """The netkit table found in `text` (JSON dump or rendered script); None if it is not there.
+
+    `like`: a Ruleset (the one committed last) whose equal sets and chains the result shares, so
+    what is unchanged is held once; each read set is dropped as soon as it is found equal."""
     stripped = text.lstrip()
     if stripped.startswith("{"):
-        return parse_items(items(stripped), family, table)
+        return parse_items(items(stripped), family, table, like)
     return parse_text(text)
 
 
@@ -90,8 +93,11 @@ def parse_json(doc: JSON, family: str, table: str) -> Ruleset | None:
     return parse_items(doc.get("nftables", []), family, table)
 
 
-def parse_items(objects: Iterable[JSON], family: str, table: str) -> Ruleset | None:
+def parse_items(objects: Iterable[JSON], family: str, table: str, like: Ruleset | None = None) -> Ruleset | None:
     found = False
+    same = like is not None and like.family == family and like.table == table
+    old_sets = like.set_map() if like is not None and same else {}
+    old_chains = like.chain_map() if like is not None and same else {}
     sets: list[NamedSet] = []
     chains: dict[str, Chain] = {}
     rules: dict[str, list[str]] = {}
@@ -104,15 +110,24 @@ def parse_items(objects: Iterable[JSON], family: str, table: str) -> Ruleset | N
         elif body.get("table") != table:
             continue
         elif kind in ("set", "map"):
-            sets.append(named_set(body))
+            sets.append(_shared(named_set(body), old_sets))
         elif kind == "chain":
             chains[body["name"]] = Chain(body["name"], (), hook(body))
         elif kind == "rule":
             rules.setdefault(body["chain"], []).append(rule_text(body["expr"], family))
     if not found:
         return None
-    full = [Chain(c.name, tuple(rules.get(c.name, ())), c.hook) for c in chains.values()]
+    full = [_shared(Chain(c.name, tuple(rules.get(c.name, ())), c.hook), old_chains) for c in chains.values()]
     return Ruleset.of(family, sets, full, table)
+
+
+Named = TypeVar("Named", NamedSet, Chain)
+
+
+def _shared(read: Named, old: Mapping[str, Named]) -> Named:
+    """The equal object of the Ruleset read `like`, if there is one, else what was read."""
+    found = old.get(read.name)
+    return found if found is not None and found == read else read
 
 
 def named_set(body: JSON) -> NamedSet:
