@@ -8,6 +8,7 @@ removes netkit's table and nothing else; a refused transaction changes nothing.
 from __future__ import annotations
 
 import subprocess
+import uuid
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
 
@@ -258,3 +259,21 @@ def test_affinity_sets_are_created_alone_before_the_rules_that_use_them(netns: s
     assert not any(c.set_refs() & extra for c in live.chains), "nothing uses the sets created first"
     k.apply(plan(live, b))
     assert k.dump() == b
+
+
+def test_a_namespace_created_again_under_the_same_name_is_read_again() -> None:
+    """The generation's socket belongs to the namespace it was opened in: a new namespace under the
+    same name (netkit's table gone with the old one) must be read, not trusted."""
+    name = f"nkgen-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        state = build(load([str(EXAMPLES)]).objects, "node-a")
+        a = compile(state, CONFIG, IPFamily.IPV4)
+        k = NftKernel("ip", name, transport="cli")
+        k.apply(plan(None, a))
+        assert k.dump_reusing(a) is a
+        subprocess.run(["ip", "netns", "del", name], check=True)
+        subprocess.run(["ip", "netns", "add", name], check=True)
+        assert k.dump_reusing(a) is None  # the new namespace holds no table
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)

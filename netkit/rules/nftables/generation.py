@@ -23,6 +23,7 @@ every full sync reads the kernel.
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import struct
 from collections.abc import Callable
@@ -68,11 +69,16 @@ def generation_of(reply: bytes, seq: int) -> int | None:
 
 class Generation:
     """Reads the generation over one netfilter netlink socket, opened on first use by `opener`
-    (which creates it inside the right network namespace)."""
+    (which creates it inside the right network namespace). `netns_path` (/run/netns/NAME) is
+    checked on every read: a namespace deleted and created again under the same name is another
+    namespace, whose generation the old socket would never see move; then the read says "not known"
+    and the next one opens a new socket."""
 
-    def __init__(self, opener: Callable[[], socket.socket]) -> None:
+    def __init__(self, opener: Callable[[], socket.socket], netns_path: str | None = None) -> None:
         self._opener = opener
+        self._path = netns_path
         self._sock: socket.socket | None = None
+        self._opened_in: tuple[int, int] | None = None
         self._failed = False
         self._seq = itertools.count(1)
 
@@ -80,25 +86,44 @@ class Generation:
         if self._failed:
             return None
         try:
+            where = self._namespace()
+        except OSError:  # the namespace is gone: nothing known, try again next time
+            self.close()
+            return None
+        try:
+            if self._sock is not None and where != self._opened_in:
+                self.close()
+                return None
             if self._sock is None:
                 self._sock = self._opener()
                 self._sock.settimeout(5)
-            seq = next(self._seq)
-            self._sock.send(request(seq))
-            while True:
-                reply = self._sock.recv(65536)
-                _, kind, _, got_seq, _ = _HEADER.unpack_from(reply)
-                if got_seq == seq or kind == NLMSG_ERROR:
-                    return generation_of(reply, seq)
+                self._opened_in = where
+            return self._ask(self._sock)
         except (OSError, struct.error):
             self.close()
             self._failed = True
             return None
 
+    def _namespace(self) -> tuple[int, int] | None:
+        if self._path is None:
+            return None
+        st = os.stat(self._path)
+        return st.st_dev, st.st_ino
+
+    def _ask(self, sock: socket.socket) -> int | None:
+        seq = next(self._seq)
+        sock.send(request(seq))
+        while True:
+            reply = sock.recv(65536)
+            _, kind, _, got_seq, _ = _HEADER.unpack_from(reply)
+            if got_seq == seq or kind == NLMSG_ERROR:
+                return generation_of(reply, seq)
+
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        self._opened_in = None
 
 
 def netfilter_socket(netns: str | None) -> socket.socket:

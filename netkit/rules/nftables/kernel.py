@@ -52,7 +52,7 @@ class NftKernel:
         self.table = table
         self.transport = transport
         self._lib: Any = None
-        self._generation = Generation(lambda: netfilter_socket(netns))
+        self._generation = Generation(lambda: netfilter_socket(netns), f"/run/netns/{netns}" if netns else None)
         self._known: int | None = None  # the generation at which this kernel last wrote or read the table
 
     # ── the Kernel protocol ──
