@@ -19,6 +19,7 @@ Flags given on the command line override the file (netkit/runtime/command.py).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -96,6 +97,9 @@ class Config:
     oom_score_adj: int = -999
     log_verbosity: int = 0
     log_format: str = ""  # "", "text" or "json" (logging.format)
+    # Fields netkit does not act on, as the file gave them (path, JSON text): written back unchanged
+    # by --write-config-to (netkit/config_encode.py).
+    kept: tuple[tuple[str, str], ...] = ()
     ignored: tuple[str, ...] = field(default=())  # unknown KubeProxyConfiguration fields, by full path
     warnings: tuple[str, ...] = field(default=())  # everything reported at start (unknown, unused, ...)
 
@@ -336,6 +340,7 @@ class _Doc:
     def __init__(self, source: str, lines: Mapping[str, int]) -> None:
         self.source, self.lines = source, lines
         self.values: dict[str, Any] = {}
+        self.kept: dict[str, str] = {}
         self.unknown: list[str] = []
         self.warnings: list[str] = []
 
@@ -373,6 +378,8 @@ def _walk(doc: _Doc, obj: Mapping[str, Any], prefix: str) -> None:
             _walk(doc, value, f"{path}.")
             continue
         doc.values[path] = _typed(doc, spec, value)
+        if spec.use is not Use.USED and value is not None:
+            doc.kept[path] = json.dumps(value, sort_keys=True, default=str)
 
 
 def _typed(doc: _Doc, spec: FieldSpec, value: Any) -> Any:
@@ -442,7 +449,8 @@ def from_kube_proxy_configuration(doc: Any, source: str = "config", lines: Mappi
         raise d.fail("apiVersion", f"{api!r} is not {API_VERSION}")
     _walk(d, doc, "")
     changes = _decode(d)
-    return replace(Config(), **changes, ignored=tuple(d.unknown), warnings=tuple(d.warnings))
+    return replace(Config(), **changes, kept=tuple(sorted(d.kept.items())), ignored=tuple(d.unknown),
+                   warnings=tuple(d.warnings))
 
 
 def _decode(d: _Doc) -> dict[str, Any]:
@@ -663,12 +671,21 @@ def _logging(d: _Doc) -> dict[str, Any]:
     return {"log_format": fmt, "log_verbosity": verbosity}
 
 
+def _is_default(spec: FieldSpec, value: Any) -> bool:
+    """The value kube-proxy would default the field to (what `--write-config-to` writes for it)."""
+    if spec.path in DEFAULTS:
+        return bool(value == DEFAULTS[spec.path])
+    if spec.kind is Kind.DURATION:
+        return bool(value == parse_duration(spec.default, spec.path))
+    return bool(value == yamlload.safe_load(spec.default))
+
+
 def _report_unused(d: _Doc, mode: str) -> None:
-    """Set values netkit does not act on, and mode sections the active mode does not read."""
+    """Set values netkit does not act on, and mode sections the active mode does not read; a value
+    equal to kube-proxy's default is not reported (a file written with every field has them all)."""
     for spec in KPC_FIELDS:
         value = d.values.get(spec.path)
-        if spec.use is Use.REPORTED and value not in (None, "", False, {}, ()) and \
-                not (spec.path == "oomScoreAdj" and value == DEFAULTS["oomScoreAdj"]):
+        if spec.use is Use.REPORTED and value not in (None, "", False, {}, ()) and not _is_default(spec, value):
             d.warn(spec.path, f"set, but netkit does not act on it: {spec.netkit}")
     reads = {"iptables": {"iptables"}, "ipvs": {"ipvs", "iptables.masquerade"}, "nftables": {"nftables"}}[mode]
     for spec in KPC_FIELDS:
@@ -680,7 +697,7 @@ def _report_unused(d: _Doc, mode: str) -> None:
         if spec.path == "iptables.localhostNodePorts":
             continue
         value = d.values.get(spec.path)
-        if value not in (None, 0, 0.0, "", False, ()):
+        if value not in (None, 0, 0.0, "", False, ()) and not _is_default(spec, value):
             d.warn(spec.path, f"ignored in {mode} mode (kube-proxy ignores it too)")
 
 

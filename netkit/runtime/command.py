@@ -94,10 +94,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     _logging(config)
     for warning in warnings:
         log.warning(warning)
+    if given(args, "write-config-to"):  # before anything else, as kube-proxy's Run
+        return write_config(config, given(args, "write-config-to"), "" if defaulted else config.node_name)
     if args.netns and not exists(args.netns):
         raise NetkitError(f"--netns {args.netns}: no such network namespace (see `ip netns list`)")
-    if flag_true(args, "apply-sysctls") and args.netns:
-        raise NetkitError("--apply-sysctls: refused with --netns (the conntrack table size is the whole machine's)")
+    for flag in ("apply-sysctls", "init-only"):
+        if flag_true(args, flag) and args.netns:
+            raise NetkitError(f"--{flag}: refused with --netns (the conntrack table size is the whole machine's)")
+    if flag_true(args, "init-only") and not flag_true(args, "cleanup"):  # kube-proxy: --cleanup first
+        return init_only(config)
     families = (FAMILIES[args.ip_family],) if args.ip_family else (IPFamily.IPV4, IPFamily.IPV6)
     api = ApiSettings(kubeconfig=config.kubeconfig, master=given(args, "master") or "", context=args.context,
                       qps=config.api_qps, burst=config.api_burst)
@@ -116,6 +121,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     log.info("starting", extra={"node": config.node_name, "mode": config.mode, "netns": args.netns or "",
                                 "sync_period": config.sync_period, "min_sync_period": config.min_sync_period})
     asyncio.run(daemon.run())
+    return 0
+
+
+def write_config(config: Config, path: str, hostname_override: str) -> int:
+    """--write-config-to: the configuration as a KubeProxyConfiguration file; exit 0 (kube-proxy's)."""
+    from netkit.config_encode import dump_kube_proxy_configuration
+
+    text = dump_kube_proxy_configuration(config, hostname_override)
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise NetkitError(f"--write-config-to: {path}: cannot write: {exc.strerror or exc}") from None
+    log.info("Wrote configuration to: %s", path, extra={"file": path})
+    return 0
+
+
+def init_only(config: Config) -> int:
+    """--init-only: what needs full privileges — the node sysctls --apply-sysctls sets — then exit
+    (kube-proxy's InitAndExit); status 1 when one could not be set."""
+    from netkit.runtime.sysctls import apply_or_report
+
+    failed = apply_or_report(config, apply=True).failed
+    if failed:
+        log.error("--init-only: could not set %s", ", ".join(s.path.replace("/", ".") for s in failed))
+        return 1
+    log.info("System initialized and --init-only specified")
     return 0
 
 

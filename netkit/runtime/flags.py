@@ -12,6 +12,7 @@ ignores most flags then); only flags actually given change anything.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -72,7 +73,7 @@ B, V, L = Arg.BOOL, Arg.VALUE, Arg.LIST
 U, R, N, X = Use.USED, Use.REPORTED, Use.NOOP, Use.REFUSED
 FLAGS: tuple[Flag, ...] = (
     _kp("config", V, U, "a KubeProxyConfiguration file"),
-    _kp("write-config-to", V, X, "not supported: netkit does not write kube-proxy configuration files"),
+    _kp("write-config-to", V, U, "write the configuration (defaults, --config, flags) to this file, then exit"),
     _kp("cleanup", B, U, "remove every rule netkit wrote, then exit"),
     _kp("feature-gates", V, R, "netkit has no feature gates"),
     _kp("kubeconfig", V, U, "kubeconfig file (default: in-cluster config)"),
@@ -87,7 +88,7 @@ FLAGS: tuple[Flag, ...] = (
     _kp("bind-address-hard-fail", B, U, "exit when a health or metrics port cannot be bound"),
     _kp("profiling", B, R, "no /debug/pprof in netkit"),
     _kp("show-hidden-metrics-for-version", V, R, "netkit has no hidden metrics"),
-    _kp("init-only", B, X, "not supported: netkit needs no separate privileged initialisation"),
+    _kp("init-only", B, U, "set the node sysctls (as --apply-sysctls), then exit; refused with --netns"),
     _kp("proxy-mode", V, U, "iptables (default), ipvs or nftables"),
     _kp("iptables-masquerade-bit", V, U, "the SNAT mark bit, 0-31 (default 14)"),
     _kp("masquerade-all", B, U, "SNAT all traffic to service IPs"),
@@ -191,6 +192,12 @@ def _duration(text: str, what: str) -> float:
     if value < 0:
         raise ConfigError(f"{what}: must be greater than or equal to 0")
     return value
+
+
+def _duration_text(text: str, what: str) -> str:
+    """A checked duration, kept as given (the field's text)."""
+    _duration(text, what)
+    return text
 
 
 def _items(values: list[str]) -> list[str]:
@@ -299,12 +306,42 @@ def _nonneg_int(attr: str) -> Apply:
     return _attr(attr, lambda t, w: _int(t, w, 0))
 
 
+def _path(text: str, what: str) -> str:
+    if not text:
+        raise ConfigError(f"{what}: empty path")
+    return text
+
+
 def _qps(cfg: Config, text: str, what: str) -> dict[str, Any]:
     try:
         value = float(text)
     except ValueError:
         raise ConfigError(f"{what}: {text!r} is not a number") from None
     return {"api_qps": value}
+
+
+def _feature_gates(text: str, what: str) -> dict[str, bool]:
+    """component-base's --feature-gates: comma-separated NAME=BOOL."""
+    gates = {}
+    for item in _items([text]):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"{what}: {item!r} is not NAME=true or NAME=false")
+        gates[name.strip()] = parse_bool(value.strip(), f"{what}: {name.strip()}")
+    return gates
+
+
+def _kept(path: str, conv: Callable[[str, str], Any]) -> Apply:
+    """A flag netkit does not act on: kept, so --write-config-to writes its field (kube-proxy's)."""
+    def apply(cfg: Config, text: str, what: str) -> dict[str, Any]:
+        kept = dict(cfg.kept)
+        kept[path] = json.dumps(conv(text, what), sort_keys=True)
+        return {"kept": tuple(sorted(kept.items()))}
+    return apply
+
+
+def _oom_score_adj(cfg: Config, text: str, what: str) -> dict[str, Any]:
+    return {"oom_score_adj": _int(text, what, -1000, 1000)}
 
 
 # Applied in this order: the mode first (period flags depend on it), the rest as listed.
@@ -350,12 +387,17 @@ APPLY: dict[str, Apply] = {
     "conntrack-udp-timeout": _attr("conntrack_udp_timeout", _duration),
     "conntrack-udp-timeout-stream": _attr("conntrack_udp_stream_timeout", _duration),
     "v": _verbosity,
+    "feature-gates": _kept("featureGates", _feature_gates),
+    "profiling": _kept("enableProfiling", parse_bool),
+    "show-hidden-metrics-for-version": _kept("showHiddenMetricsForVersion", lambda t, w: t),
+    "config-sync-period": _kept("configSyncPeriod", _duration_text),
+    "log-flush-frequency": _kept("logging.flushFrequency", _duration_text),
+    "oom-score-adj": _oom_score_adj,
     "logging-format": _log_format, "log-format": _log_format,
 }
 # Flags whose value is only checked (the daemon reads them from args): given here for validation.
 CHECK: dict[str, Callable[[str, str], Any]] = {
-    "cleanup": parse_bool, "apply-sysctls": parse_bool, "config-sync-period": _duration,
-    "log-flush-frequency": lambda t, w: t, "profiling": parse_bool, "init-only": parse_bool,
+    "cleanup": parse_bool, "apply-sysctls": parse_bool, "init-only": parse_bool, "write-config-to": _path,
     "log-json-split-stream": parse_bool, "log-text-split-stream": parse_bool,
 }
 

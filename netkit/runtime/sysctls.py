@@ -58,9 +58,15 @@ def current(path: str, root: Path = PROC_SYS) -> int | None:
         return None
 
 
-def apply_or_report(config: Config, *, apply: bool, root: Path = PROC_SYS, cpus: int | None = None) -> list[Sysctl]:
-    """Write (apply) or report each wanted sysctl; returns the ones written."""
-    written = []
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    written: tuple[Sysctl, ...]
+    failed: tuple[Sysctl, ...]  # the kernel refused the write (logged)
+
+
+def apply_or_report(config: Config, *, apply: bool, root: Path = PROC_SYS, cpus: int | None = None) -> Outcome:
+    """Write (apply) or report each wanted sysctl: the ones written, and those that could not be."""
+    written, failed = [], []
     for s in wanted(config, cpus or os.cpu_count() or 1):
         now = current(s.path, root)
         if now == s.value:
@@ -73,6 +79,7 @@ def apply_or_report(config: Config, *, apply: bool, root: Path = PROC_SYS, cpus:
             (root / s.path).write_text(f"{s.value}\n")
             written.append(s)
             log.info("set sysctl %s = %d (%s)", s.path.replace("/", "."), s.value, s.why)
-        except OSError as exc:  # kube-proxy logs and goes on (a read-only /proc/sys in a container)
+        except OSError as exc:  # the daemon logs and goes on (a read-only /proc/sys in a container)
+            failed.append(s)
             log.warning("cannot set sysctl %s = %d: %s", s.path.replace("/", "."), s.value, exc.strerror or exc)
-    return written
+    return Outcome(tuple(written), tuple(failed))

@@ -45,11 +45,21 @@ def test_report_writes_nothing_and_apply_writes_what_differs(tmp_path: Path, cap
                             "net/netfilter/nf_conntrack_tcp_timeout_established": 86400,
                             "net/netfilter/nf_conntrack_tcp_timeout_close_wait": 60})
     caplog.set_level("INFO")
-    assert apply_or_report(Config(), apply=False, root=root, cpus=2) == []
+    assert apply_or_report(Config(), apply=False, root=root, cpus=2).written == ()
     assert "leaving sysctl net.netfilter.nf_conntrack_max at 65536 (kube-proxy would set 131072" in caplog.text
     assert (root / "net/netfilter/nf_conntrack_max").read_text() == "65536\n"
-    written = apply_or_report(Config(), apply=True, root=root, cpus=2)
+    outcome = apply_or_report(Config(), apply=True, root=root, cpus=2)
+    written = outcome.written
+    assert outcome.failed == ()
     assert [s.path for s in written] == ["net/netfilter/nf_conntrack_max",
                                          "net/netfilter/nf_conntrack_tcp_timeout_close_wait"]
     assert (root / "net/netfilter/nf_conntrack_max").read_text() == "131072\n"
     assert (root / "net/netfilter/nf_conntrack_tcp_timeout_close_wait").read_text() == "3600\n"
+
+
+def test_a_refused_write_is_a_failure_not_an_exception(tmp_path: Path) -> None:
+    root = _proc(tmp_path, {"net/netfilter/nf_conntrack_max": 65536})
+    (root / "net/netfilter/nf_conntrack_tcp_timeout_established").mkdir()  # writing a directory fails
+    outcome = apply_or_report(Config(), apply=True, root=root, cpus=2)
+    assert [s.path for s in outcome.failed] == ["net/netfilter/nf_conntrack_tcp_timeout_established"]
+    assert "net/netfilter/nf_conntrack_max" in [s.path for s in outcome.written]
