@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -29,6 +28,7 @@ from netkit.rules.iptables import rule as ipt_rule
 from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
 from netkit.rules.ipvs import names as ipvs_names
 from netkit.rules.ipvs import ruleset as ipvs_rs
+from netkit.rules.ipvs.entries import SetEntry
 from netkit.rules.nftables import names as nft_names
 from netkit.rules.nftables.ruleset import Ruleset as NftRuleset
 
@@ -351,27 +351,29 @@ _IPVS_SET_ASPECT = {
 }
 
 
-def _ipvs_sets(ruleset: ipvs_rs.Ruleset) -> list[tuple[str, str, AbstractSet[str], dict[str, list[str]]]]:
-    """(set name, aspect, entries, entries by their "ip,proto:port" head for hash:…,net sets)."""
+_IPVSSet = tuple[str, str, frozenset[SetEntry], dict[tuple[object, object, object], list[SetEntry]]]
+
+
+def _ipvs_sets(ruleset: ipvs_rs.Ruleset) -> list[_IPVSSet]:
+    """(set name, aspect, typed entries, entries by their (ip, protocol, port) head for hash:…,net sets)."""
     out = []
     for s in ruleset.sets:
         base = next((b for b in (*_IPVS_SET_ASPECT, ipvs_names.NO_ENDPOINTS)
                      if ipvs_names.set_name(b, ruleset.family) == s.name), None)
         if base is None:
             continue
-        heads: dict[str, list[str]] = {}
+        heads: dict[tuple[object, object, object], list[SetEntry]] = {}
         if s.type.endswith(",net"):
-            for e in s.entries:
-                heads.setdefault(e.rpartition(",")[0], []).append(e)
-        out.append((s.name, _IPVS_SET_ASPECT.get(base, "reject"), s.entries, heads))
+            for e in s.typed():
+                heads.setdefault(e.ip_port, []).append(e)
+        out.append((s.name, _IPVS_SET_ASPECT.get(base, "reject"), s.typed(), heads))
     return out
 
 
-def _ipvs_entries(vs: ipvs_rs.VirtualServer, ruleset: ipvs_rs.Ruleset,
-                  sets: list[tuple[str, str, AbstractSet[str], dict[str, list[str]]]]) -> set[str]:
+def _ipvs_entries(vs: ipvs_rs.VirtualServer, ruleset: ipvs_rs.Ruleset, sets: list[_IPVSSet]) -> set[str]:
     if vs.ip is None:
         return set()
-    ipport = f"{vs.ip},{vs.protocol.lower}:{vs.port}"
+    ipport = SetEntry(vs.ip, vs.protocol, vs.port)
     node_port = vs.ip not in ruleset.addresses  # a NodePort's virtual server is on a node address
     found: set[str] = set()
     for name, aspect, entries, heads in sets:
@@ -380,13 +382,13 @@ def _ipvs_entries(vs: ipvs_rs.VirtualServer, ruleset: ipvs_rs.Ruleset,
                 found.add(f"set {name} {ipport}: reject" if not node_port and vs.role in (
                     "cluster IP", "") else f"set {name} {ipport} rejected")
             continue
-        hits = heads.get(ipport, []) if heads else [e for e in (str(vs.port) if node_port else ipport,) if e in entries]
+        hits = heads.get(ipport.ip_port, []) if heads else [
+            e for e in (SetEntry(port=vs.port) if node_port else ipport,) if e in entries]
         found.update(f"set {name} {e} ({aspect})" for e in hits)
     loop = ipvs_names.set_name(ipvs_names.LOOP_BACK, ruleset.family)
-    hairpin = next((s.entries for s in ruleset.sets if s.name == loop), frozenset())
+    hairpin = next((s.typed() for s in ruleset.sets if s.name == loop), frozenset())
     for r in vs.reals:
-        entry = f"{r.ip},{vs.protocol.lower}:{r.port},{r.ip}"
-        if entry in hairpin:  # an endpoint's hairpin masquerade goes with its real server
+        if SetEntry(r.ip, vs.protocol, r.port, ip2=r.ip) in hairpin:  # its hairpin masquerade goes with it
             found.add(f"real {vs.address()} {ipvs_rs.hostport(r.ip, r.port)} hairpin")
     return found
 

@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import replace
 
+from netkit.model import Protocol
+from netkit.model.types import IPAddress
+from netkit.rules.ipvs.entries import SetEntry
 from netkit.rules.ipvs.ruleset import IPSet, Ruleset, VirtualServer
 
 
@@ -39,20 +42,21 @@ def keep(live: Ruleset | None, desired: Ruleset, services: Collection[str]) -> R
 
 
 def _sets(live: Ruleset, desired: Ruleset, kept: list[VirtualServer]) -> tuple[IPSet, ...]:
-    """The desired sets plus the live entries that name a kept virtual server's address or one of
-    its real servers (`10.96.0.11,tcp:80`, `10.244.1.6,tcp:8080,10.244.1.6`)."""
-    marks = {f"{vs.ip},{vs.protocol.lower}:{vs.port}" for vs in kept if vs.ip is not None}
-    reals = {f"{r.ip}," for vs in kept for r in vs.reals}
-    if not marks and not reals:
+    """The desired sets plus the live entries that name a kept virtual server's address and port
+    (`10.96.0.11,tcp:80`, `10.96.0.11,tcp:80,203.0.113.0/24`) or start with one of its real servers'
+    addresses (`10.244.1.6,tcp:8080,10.244.1.6`)."""
+    heads = {(vs.ip, vs.protocol, vs.port) for vs in kept if vs.ip is not None}
+    reals = {r.ip for vs in kept for r in vs.reals}
+    if not heads and not reals:
         return desired.sets
     live_sets = {s.name: s for s in live.sets}
     out = []
     for s in desired.sets:
-        extra = {e for e in live_sets[s.name].entries if _names_one(e, marks, reals)} if s.name in live_sets else set()
+        there = live_sets.get(s.name)
+        extra = {str(e) for e in there.typed() if _names_one(e, heads, reals)} if there is not None else set()
         out.append(replace(s, entries=s.entries | extra) if extra else s)
     return tuple(out)
 
 
-def _names_one(entry: str, marks: set[str], reals: set[str]) -> bool:
-    head = entry.split(",", 2)
-    return ",".join(head[:2]) in marks or f"{head[0]}," in reals
+def _names_one(entry: SetEntry, heads: set[tuple[IPAddress, Protocol, int]], reals: set[IPAddress]) -> bool:
+    return entry.ip_port in heads or (entry.ip is not None and entry.ip in reals)

@@ -207,19 +207,17 @@ def apply_to(committed: Ruleset, p: Plan) -> Ruleset:
 def owned(services: tuple[VirtualServer, ...], addresses: frozenset[IPAddress],
           sets: tuple[IPSet, ...]) -> tuple[VirtualServer, ...]:
     """The virtual servers netkit created, among all those in the kernel (see the package doc)."""
-    node_ports: dict[Protocol, frozenset[str]] = {}
+    node_ports: dict[Protocol, set[int | None]] = {p: set() for p in Protocol}
     for p in Protocol:
-        entries: frozenset[str] = frozenset()
+        base = n.NODE_PORT.format(proto=p.value)
         for s in sets:
-            base = n.NODE_PORT.format(proto=p.value)
             if s.name in (base, n.set_name(base, IPFamily.IPV6)):
-                entries = entries | s.entries
-        node_ports[p] = entries
+                node_ports[p].update(e.port for e in s.typed())
 
     def mine(s: VirtualServer) -> bool:
         if s.fwmark:
             return s.fwmark & n.FWMARK_HIGH == n.FWMARK_BASE
-        return s.ip in addresses or str(s.port) in node_ports[s.protocol]
+        return s.ip in addresses or s.port in node_ports[s.protocol]
 
     return tuple(s for s in services if mine(s))
 

@@ -23,6 +23,7 @@ from netkit.model import IPFamily, Protocol
 from netkit.model.types import IPAddress, IPNetwork
 from netkit.rules.backend import JSONValue, Since
 from netkit.rules.iptables import ruleset as ipt
+from netkit.rules.ipvs.entries import EntryError, SetEntry, parse_entry
 
 if TYPE_CHECKING:
     from netkit.rules.ipvs.compile import Changes
@@ -180,6 +181,16 @@ class IPSet:
     family: IPFamily
     entries: AbstractSet[str] = frozenset()  # in `ipset save` syntax: "10.96.0.10,tcp:80", "30080"
     comment: str = field(default="", compare=False)
+    _typed: frozenset[SetEntry] | None = field(default=None, init=False, compare=False, repr=False)
+
+    def typed(self) -> frozenset[SetEntry]:
+        """The entries read (netkit.rules.ipvs.entries), parsed on first use and kept: what the tracer,
+        keep, the summary and the ownership test look at. An entry of no shape netkit or kube-proxy
+        writes (someone else's) is left out here; `entries` still holds it, so a plan still sees it."""
+        if self._typed is None:
+            object.__setattr__(self, "_typed", frozenset(_read_entries(self.type, self.entries)))
+        assert self._typed is not None
+        return self._typed
 
     def create_line(self) -> str:
         if self.type.startswith("bitmap:port"):
@@ -188,6 +199,14 @@ class IPSet:
         # maxelem: kube-proxy's 65,536 is less than KUBE-LOOP-BACK's entry per endpoint at 10,000
         # services × 10 endpoints ("Hash is full"); the kernel allocates per entry, not per maxelem
         return f"create {self.name} {self.type} family {fam} hashsize 1024 maxelem {MAXELEM}"
+
+
+def _read_entries(set_type: str, texts: Iterable[str]) -> Iterator[SetEntry]:
+    for text in texts:
+        try:
+            yield parse_entry(set_type, text)
+        except EntryError:
+            continue
 
 
 def _no_payload() -> ipt.Ruleset:

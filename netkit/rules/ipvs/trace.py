@@ -21,18 +21,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from ipaddress import ip_network
 
 from netkit.model import Protocol
 from netkit.model.types import IPAddress, IPNetwork
 from netkit.rules.iptables import ruleset as ipt
 from netkit.rules.iptables.trace import Branch, hook, outcomes
+from netkit.rules.ipvs.entries import SetEntry
 from netkit.rules.ipvs.ruleset import IPSet, Ruleset, VirtualServer, VSKey, _real_line, _service_line, hostport
 from netkit.rules.tracing import Outcome, Packet, Step
 
 __all__ = ["trace"]
 
-_PROTO = {"tcp": "TCP", "udp": "UDP", "sctp": "SCTP"}
+_PROTOCOLS = {p.lower: p for p in Protocol}
 
 
 def trace(ruleset: Ruleset, pkt: Packet) -> list[Outcome]:
@@ -117,42 +117,47 @@ def _virtual_server(r: Ruleset, pkt: Packet) -> VirtualServer | None:
         for vs in r.services:
             if vs.fwmark and vs.fwmark == pkt.mark and vs.family.value == f"IPv{pkt.dst.version}":
                 return vs
-    proto = _PROTO.get(pkt.proto)
-    return r.index.get(VSKey(Protocol(proto), pkt.dst, pkt.dport)) if proto else None
+    proto = _PROTOCOLS.get(pkt.proto)
+    return r.index.get(VSKey(proto, pkt.dst, pkt.dport)) if proto else None
 
 
 def _lookup(sets: tuple[IPSet, ...]) -> Callable[[str, tuple[str, ...], Packet], bool]:
-    """`-m set --match-set NAME dims` against the Ruleset's sets (entries in `ipset save` syntax)."""
+    """`-m set --match-set NAME dims` against the Ruleset's sets, read through their typed entries."""
     by_name = {s.name: s for s in sets}
-    nets: dict[str, dict[str, list[IPNetwork]]] = {}
+    nets: dict[str, dict[Head, list[IPNetwork]]] = {}
 
     def member(name: str, dims: tuple[str, ...], pkt: Packet) -> bool:
         s = by_name.get(name)
         if s is None:
             return False
         kinds = s.type.split(":", 1)[1].split(",")
-        values: list[str] = []
-        for kind, dim in zip(kinds, dims, strict=False):
+        found: dict[str, object] = {}
+        for i, (kind, dim) in enumerate(zip(kinds, dims, strict=False)):
             addr: IPAddress = pkt.dst if dim == "dst" else pkt.src
-            port = pkt.dport if dim == "dst" else pkt.sport
             if kind == "ip":
-                values.append(str(addr))
+                found["ip" if i == 0 else "ip2"] = addr
             elif kind == "port":
-                values.append(str(port) if s.type.startswith("bitmap") else f"{pkt.proto}:{port}")
+                proto = None if s.type.startswith("bitmap") else _PROTOCOLS.get(pkt.proto)
+                if proto is None and not s.type.startswith("bitmap"):
+                    return False  # a protocol no entry can name
+                found["protocol"], found["port"] = proto, pkt.dport if dim == "dst" else pkt.sport
             elif kind == "net":
-                prefix = ",".join(values) + ","
-                return any(addr.version == net.version and addr in net for net in _nets(s, nets).get(prefix, ()))
-        return ",".join(values) in s.entries
+                head = (found.get("ip"), found.get("protocol"), found.get("port"))
+                return any(addr.version == net.version and addr in net for net in _nets(s, nets).get(head, ()))
+        return SetEntry(**found) in s.typed()  # type: ignore[arg-type]
 
     return member
 
 
-def _nets(s: IPSet, cache: dict[str, dict[str, list[IPNetwork]]]) -> dict[str, list[IPNetwork]]:
-    """A hash:…,net set's networks by the rest of the entry ("ip,tcp:80,")."""
+Head = tuple[object, object, object]
+
+
+def _nets(s: IPSet, cache: dict[str, dict[Head, list[IPNetwork]]]) -> dict[Head, list[IPNetwork]]:
+    """A hash:…net set's networks by the rest of the entry (address, protocol, port)."""
     if s.name not in cache:
-        out: dict[str, list[IPNetwork]] = {}
-        for e in s.entries:
-            head, _, net = e.rpartition(",")
-            out.setdefault(head + ",", []).append(ip_network(net, strict=False))
+        out: dict[Head, list[IPNetwork]] = {}
+        for e in s.typed():
+            if e.net is not None:
+                out.setdefault(e.ip_port, []).append(e.net)
         cache[s.name] = out
     return cache[s.name]
