@@ -110,21 +110,21 @@ def parse_items(objects: Iterable[JSON], family: str, table: str, like: Ruleset 
         elif body.get("table") != table:
             continue
         elif kind in ("set", "map"):
-            sets.append(_shared(named_set(body), old_sets))
+            sets.append(shared(named_set(body), old_sets))
         elif kind == "chain":
             chains[body["name"]] = Chain(body["name"], (), hook(body))
         elif kind == "rule":
             rules.setdefault(body["chain"], []).append(rule_text(body["expr"], family))
     if not found:
         return None
-    full = [_shared(Chain(c.name, tuple(rules.get(c.name, ())), c.hook), old_chains) for c in chains.values()]
+    full = [shared(Chain(c.name, tuple(rules.get(c.name, ())), c.hook), old_chains) for c in chains.values()]
     return Ruleset.of(family, sets, full, table)
 
 
 Named = TypeVar("Named", NamedSet, Chain)
 
 
-def _shared(read: Named, old: Mapping[str, Named]) -> Named:
+def shared(read: Named, old: Mapping[str, Named]) -> Named:
     """The equal object of the Ruleset read `like`, if there is one, else what was read."""
     found = old.get(read.name)
     return found if found is not None and found == read else read
