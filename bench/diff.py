@@ -9,7 +9,8 @@ objects, dumped to a JSON file as `kubectl get -o json` gives them) are written 
 - `netkit diff -f dump.json` as a user runs it (process start, decode, validate, read the kernel,
   compile, plan, summarise); it must say "in sync" (exit 0);
 - the kernel's own dump of what netkit reads: `iptables-<backend>-save -t mangle`, `-t filter`,
-  `-t nat` (one process per table, as netkit reads them), or `nft -j list table ip netkit`.
+  `-t nat` (one process per table, as netkit reads them), or `nft -y -T list table ip netkit`
+  (the text listing netkit reads; `nft -j` only when the table holds a foreign edit).
 
 Printed: medians of wall time and CPU (user + system of the process and the tools it ran), the peak
 RSS of `netkit diff`, and the ratios diff/dump. Targets (#15): iptables modes ≤ 1.5 × the dump;
@@ -36,6 +37,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from compile import CONFIG, manifests, objects  # noqa: E402  (bench/compile.py: the same objects)
+
+from netkit.rules.nftables.parse_listing import LIST_OPTIONS  # noqa: E402
 
 TABLES = ("mangle", "filter", "nat")  # what netkit's iptables kernel reads (rules/iptables/kernel.py)
 
@@ -84,8 +87,8 @@ def netkit_args(mode: str, backend: str, netns: str, dump: Path) -> list[str]:
 
 def kernel_dump(backend: str, netns: str) -> Run:
     """The kernel's own dump of what netkit reads, each tool in the namespace; times summed."""
-    if backend == "nftables":
-        return timed(["ip", "netns", "exec", netns, "nft", "-j", "list", "table", "ip", "netkit"])
+    if backend == "nftables":  # the text listing, with the options netkit lists it with (parse_listing.py)
+        return timed(["ip", "netns", "exec", netns, "nft", *LIST_OPTIONS, "list", "table", "ip", "netkit"])
     runs = [timed(["ip", "netns", "exec", netns, f"iptables-{backend}-save", "-t", t]) for t in TABLES]
     return Run(sum(r.wall for r in runs), sum(r.cpu for r in runs), max(r.peak_rss_mb for r in runs), 0,
                "".join(r.stdout for r in runs))

@@ -44,6 +44,7 @@ from netkit.model.types import EndpointSlice  # noqa: E402
 from netkit.netns import run  # noqa: E402
 from netkit.rules.iptables.plan import render_plan  # noqa: E402
 from netkit.rules.nftables import plan as nft_plan  # noqa: E402
+from netkit.rules.nftables.parse_listing import LIST_OPTIONS  # noqa: E402
 from netkit.rules.nftables.render import render as nft_render  # noqa: E402
 from netkit.runtime.daemon import Daemon, DaemonOptions  # noqa: E402
 from netkit.sources.store import Store  # noqa: E402
@@ -109,8 +110,9 @@ def nft_bare(netns: str, before: Any, after: Any, forward: str) -> float:
 
 def bare_dump(netns: str, kernel: Any, nft: bool) -> float:
     """The kernel's own dump of what a full sync reads: `iptables-save -t` of each table netkit
-    reads (one process each, as the kernel edge runs them), or `nft -j list table ip netkit`."""
-    argvs = [["nft", "-j", "list", "table", "ip", "netkit"]] if nft else \
+    reads (one process each, as the kernel edge runs them), or nft's text listing of table ip
+    netkit with the options netkit lists it with (rules/nftables/parse_listing.py)."""
+    argvs = [["nft", *LIST_OPTIONS, "list", "table", "ip", "netkit"]] if nft else \
         [[kernel.tool("save"), "-t", table] for table in ("mangle", "filter", "nat")]
     t = time.perf_counter()
     for argv in argvs:
