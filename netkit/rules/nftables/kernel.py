@@ -38,6 +38,7 @@ from typing import Any, TextIO, TypeVar
 
 from netkit import netns as netns_mod
 from netkit.errors import KernelError
+from netkit.rules.nftables import netlink
 from netkit.rules.nftables.generation import Generation, netfilter_socket
 from netkit.rules.nftables.parse import parse
 from netkit.rules.nftables.parse_listing import LIST_OPTIONS, Unrecognised, parse_listing
@@ -62,6 +63,7 @@ class NftKernel:
         self._lib: Any = None
         self._generation = Generation(lambda: netfilter_socket(netns), f"/run/netns/{netns}" if netns else None)
         self._known: int | None = None  # the generation at which this kernel last wrote or read the table
+        self.netlink_batches = 0  # transactions sent by netlink.py's writer (tests and benchmarks)
 
     # ── the Kernel protocol ──
 
@@ -124,13 +126,41 @@ class NftKernel:
         before = self._generation.read()
         pre = render_prelude(tx)
         sent = self.send(pre, big=tx.create is not None) if pre else 0
-        sent += self.send(render_transaction(tx), big=tx.create is not None)
+        sent += self._write(tx)
         follow = tx.followup()
         if follow:
-            sent += self.send(render_transaction(follow))
+            sent += self._write(follow)
         after = self._generation.read()
         if before is not None and after == before + sent:
             self._known = after  # nobody else committed in between: the table is what was planned
+
+    def _write(self, tx: Transaction) -> int:
+        """One transaction, as one netlink batch encoded by netlink.py when it can encode all of it
+        (transport "auto"), else as an nft script; returns how many were sent (0 or 1)."""
+        if self.transport == "auto" and tx.create is None and not tx.empty:
+            genid = self._generation.read()
+            batch = None
+            if genid is not None:
+                try:
+                    batch = netlink.encode(tx, genid)
+                except netlink.Unsupported:
+                    pass
+            if batch is not None:
+                self._send_batch(batch, tx)
+                return 1
+        return self.send(render_transaction(tx), big=tx.create is not None)
+
+    def _send_batch(self, batch: netlink.Batch, tx: Transaction) -> None:
+        where = f" in network namespace {self.netns}" if self.netns else ""
+        try:
+            with netfilter_socket(self.netns) as sock:
+                netlink.send_batch(sock, batch)
+        except netlink.Refused as exc:
+            raise KernelError(f"the kernel refused the transaction{where}; nothing was changed",
+                              payload=render_transaction(tx), stderr=str(exc)) from None
+        except OSError as exc:
+            raise KernelError(f"netlink transaction{where}: {exc}", payload=render_transaction(tx)) from None
+        self.netlink_batches += 1
 
     def cleanup(self) -> None:
         """Delete netkit's table and nothing else (`add` first so a missing table is no error)."""

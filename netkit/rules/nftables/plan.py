@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from netkit.rules.backend import PlanStats
 from netkit.rules.nftables.render import hook_line, render, set_spec
@@ -66,6 +66,9 @@ class Transaction:
     add_elements: tuple[SetElement, ...] = ()
     rules: tuple[Chain, ...] = ()  # chains whose rules are (re)written, with the rules
     deferred_chains: tuple[str, ...] = ()  # flushed now, deleted by followup()
+    # The definitions (no elements) of the sets whose elements are deleted or added: their key and
+    # value types, for a writer that encodes elements itself (netlink.py). Not part of equality.
+    element_sets: tuple[NamedSet, ...] = field(default=(), compare=False)
 
     @property
     def empty(self) -> bool:
@@ -131,6 +134,7 @@ def plan(committed: Ruleset | None, desired: Ruleset, *, defer: bool = True) -> 
         rules=tuple(new_chains[c] for c in sorted({*rewrite, *recreate, *(new_chains.keys() - old_chains.keys())})
                     if new_chains[c].rules),
         deferred_chains=deferred,
+        element_sets=tuple(new_sets[n].definition() for n in sorted({n for n, _ in (*deleted, *added)})),
     )
 
 

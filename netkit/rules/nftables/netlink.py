@@ -1,0 +1,464 @@
+"""A small nftables transaction as one NFNETLINK batch, encoded here: the daemon's write path.
+
+Why. nft 1.0.6 fills its cache before it evaluates any `add` or `delete` of a rule or element: it
+lists the table's sets and every chain (`GETCHAIN` in `nft --debug=mnl`, also for `add element`
+and `delete element`; only `flush chain` and `add chain` skip it). At 50,000 services that is
+55,000 chains, ~120 ms of each one-change sync, whatever the change — the libnftables context keeps
+no cache across commits, since every commit moves the generation its cache is keyed by. This module
+encodes what a small sync sends (plan.py's Transaction) directly, as `nft` would send it, so a sync
+costs the kernel's work on what changed.
+
+What is encoded (everything else raises `Unsupported`, and the caller sends the whole transaction
+as an nft script instead; a transaction goes all by one path, never split):
+
+- element adds and deletes in named sets and maps of the types netkit declares (`ipv4_addr`,
+  `ipv6_addr`, `inet_proto`, `inet_service`, `integer` — the `typeof numgen` key, host byte order —
+  and their concatenations, each field padded to 4 bytes; values: those, or verdicts);
+- `flush chain` (DELRULE naming only the chain), `delete chain`, `add chain` without a hook, and
+  `delete set`;
+- the rules of service chains as compile.py writes them (svc-/local-/ext-/fw- and affinity), read
+  with rule.py and encoded as the expressions `nft --debug=netlink` prints for them: payload, cmp
+  (a byte-aligned prefix compares its leading bytes), meta, fib, numgen, lookup (named sets only),
+  dynset `update`, immediate, nat. Anonymous sets, bitwise, ct, masquerade, vmap, `meta mark set`,
+  reject and base chains are not (fixed chains, rewritten only when the configuration changes).
+
+The batch starts with NFNL_MSG_BATCH_BEGIN carrying NFNL_BATCH_GENID: the kernel refuses it
+(ERESTART) unless the namespace's generation is still the one read just before (generation.py),
+and refuses all of it when any message fails; either way nothing is changed. Every message asks
+for an acknowledgement; the kernel handles a batch inside sendmsg, so the replies are queued when
+the send returns. Everything but `send_batch` is pure; kernel.py opens the socket and calls it.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import socket
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from netkit.rules.nftables.plan import Transaction, _early_sets
+from netkit.rules.nftables.rule import (
+    Dnat,
+    Fib,
+    MapLookup,
+    Match,
+    Meta,
+    NotUnderstood,
+    Numgen,
+    Payload,
+    SetRef,
+    SetUpdate,
+    Statement,
+    Value,
+    Verdict,
+    read,
+)
+from netkit.rules.nftables.ruleset import NamedSet, SetElement
+
+NFNL_SUBSYS_NFTABLES = 10
+NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
+NFNL_BATCH_GENID = 1
+NFT_MSG = {"NEWCHAIN": 3, "DELCHAIN": 5, "NEWRULE": 6, "DELRULE": 8, "DELSET": 11,
+           "NEWSETELEM": 12, "DELSETELEM": 14}
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE, NLM_F_APPEND = 0x1, 0x4, 0x400, 0x800
+NLA_F_NESTED = 0x8000
+NLMSG_ERROR = 2
+FAMILIES = {"ip": socket.AF_INET, "ip6": socket.AF_INET6}  # NFPROTO_IPV4/6 have the same numbers
+
+# Attribute numbers (linux/netfilter/nf_tables.h).
+TABLE, NAME = 1, 2  # NFTA_{CHAIN,RULE,SET,SET_ELEM_LIST}_TABLE and the object's name (CHAIN: 3)
+NFTA_CHAIN_NAME = 3
+NFTA_RULE_EXPRESSIONS = 4
+NFTA_SET_ELEM_LIST_ELEMENTS = 3
+NFTA_LIST_ELEM = 1
+NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_DATA = 1, 2
+NFTA_DATA_VALUE, NFTA_DATA_VERDICT = 1, 2
+NFTA_VERDICT_CODE, NFTA_VERDICT_CHAIN = 1, 2
+NFTA_EXPR_NAME, NFTA_EXPR_DATA = 1, 2
+
+REG_VERDICT, REG_1, REG_2, REG32_00 = 0, 1, 2, 8
+VERDICTS = {"accept": 1, "drop": 0, "continue": -1, "return": -5, "jump": -3, "goto": -4}
+PROTOCOLS = {"tcp": 6, "udp": 17, "sctp": 132}
+PAYLOAD_NETWORK, PAYLOAD_TRANSPORT = 1, 2
+PAYLOADS = {  # (protocol, field) -> (base, offset, length)
+    ("ip", "saddr"): (PAYLOAD_NETWORK, 12, 4), ("ip", "daddr"): (PAYLOAD_NETWORK, 16, 4),
+    ("ip6", "saddr"): (PAYLOAD_NETWORK, 8, 16), ("ip6", "daddr"): (PAYLOAD_NETWORK, 24, 16),
+    ("th", "sport"): (PAYLOAD_TRANSPORT, 0, 2), ("th", "dport"): (PAYLOAD_TRANSPORT, 2, 2),
+}
+META_KEYS = {"l4proto": 16, "iifname": 6}
+IFNAMSIZ = 16
+FIB_SADDR, FIB_DADDR, FIB_RESULT_ADDRTYPE = 1, 2, 3
+RTN_LOCAL = 2
+NF_NAT_RANGE_PROTO_SPECIFIED = 2
+NFT_NAT_DNAT = 1
+NFT_LOOKUP_F_INV = 1
+NFT_DYNSET_OP_UPDATE = 1
+MAX_ELEMENTS_PER_MESSAGE = 256  # an attribute's length is 16 bits
+MAX_BATCH_BYTES = 96 * 1024  # well inside a netlink socket's default send buffer (212,992 bytes)
+
+_HEADER = struct.Struct("=IHHII")
+_NFGEN = struct.Struct("=BBH")
+_ATTR = struct.Struct("=HH")
+
+
+class Unsupported(Exception):  # noqa: N818 — a verdict, not a failure: send the script instead
+    """The transaction holds something this encoder does not write; send it as an nft script."""
+
+
+# ── attributes ──────────────────────────────────────────────────────────────────────────────────
+
+def attr(kind: int, payload: bytes) -> bytes:
+    """One netlink attribute, padded to 4 bytes."""
+    size = _ATTR.size + len(payload)
+    return _ATTR.pack(size, kind) + payload + b"\0" * (-size & 3)
+
+
+def nest(kind: int, *children: bytes) -> bytes:
+    return attr(kind | NLA_F_NESTED, b"".join(children))
+
+
+def strz(kind: int, text: str) -> bytes:
+    return attr(kind, text.encode() + b"\0")
+
+
+def be32(kind: int, value: int) -> bytes:
+    return attr(kind, struct.pack(">i" if value < 0 else ">I", value))
+
+
+def message(kind: int, family: int, seq: int, flags: int, body: bytes, res_id: int = 0) -> bytes:
+    head = _NFGEN.pack(family, 0, socket.htons(res_id))
+    size = _HEADER.size + len(head) + len(body)
+    return _HEADER.pack(size, kind, flags, seq, 0) + head + body
+
+
+# ── data: element keys and values, compared constants ──────────────────────────────────────────
+
+def scalar(kind: str, text: str) -> bytes:
+    """One value of an nft datatype, in the bytes the kernel stores."""
+    try:
+        if kind == "ipv4_addr":
+            return ipaddress.IPv4Address(text).packed
+        if kind == "ipv6_addr":
+            return ipaddress.IPv6Address(text).packed
+        if kind == "inet_proto":
+            return bytes([PROTOCOLS[text] if text in PROTOCOLS else int(text)])
+        if kind == "inet_service":
+            return struct.pack(">H", int(text))
+        if kind == "integer":  # `typeof numgen random mod 1`: a register value, host byte order
+            return struct.pack("=I", int(text))
+    except (ValueError, KeyError, struct.error) as exc:
+        raise Unsupported(f"{kind} value {text!r}") from exc
+    raise Unsupported(f"datatype {kind}")
+
+
+def concat(kinds: Sequence[str], text: str) -> bytes:
+    """A key or value of `kinds`: one field alone as it is, concatenated fields padded to 4 bytes."""
+    words = [w.strip() for w in text.split(" . ")]
+    if len(words) != len(kinds):
+        raise Unsupported(f"{text!r} is not of type {' . '.join(kinds)}")
+    if len(kinds) == 1:
+        return scalar(kinds[0], words[0])
+    out = b""
+    for kind, word in zip(kinds, words, strict=True):
+        field = scalar(kind, word)
+        out += field + b"\0" * (-len(field) & 3)
+    return out
+
+
+def verdict(text: str) -> bytes:
+    """NFTA_DATA_VERDICT of `drop`, `goto CHAIN`, …"""
+    words = text.split()
+    code = VERDICTS.get(words[0]) if words else None
+    if code is None or len(words) != (2 if words[0] in ("jump", "goto") else 1):
+        raise Unsupported(f"verdict {text!r}")
+    chain = strz(NFTA_VERDICT_CHAIN, words[1]) if len(words) == 2 else b""
+    return nest(NFTA_DATA_VERDICT, be32(NFTA_VERDICT_CODE, code), chain)
+
+
+def data(payload: bytes) -> bytes:
+    return attr(NFTA_DATA_VALUE, payload)
+
+
+# ── elements ────────────────────────────────────────────────────────────────────────────────────
+
+@dataclass(frozen=True, slots=True)
+class SetType:
+    """What encoding a set's elements takes: key fields, and the value's fields or verdicts."""
+
+    key: tuple[str, ...]
+    value: tuple[str, ...] | None  # None: a set; ("verdict",): a verdict map
+
+    @classmethod
+    def of(cls, s: NamedSet) -> SetType:
+        if "interval" in s.flags or "timeout" in s.flags:
+            raise Unsupported(f"elements of set {s.name} ({', '.join(s.flags)})")
+        value = tuple(s.value_type.split(" . ")) if s.value_type else None
+        return cls(s.key_type, value)
+
+
+def element(kind: SetType, key: str, value: str | None, *, keys_only: bool) -> bytes:
+    body = nest(NFTA_SET_ELEM_KEY, data(concat(kind.key, key)))
+    if not keys_only:
+        if (value is None) != (kind.value is None):
+            raise Unsupported(f"element {key!r} : {value!r} of the wrong shape")
+        if value is not None and kind.value is not None:
+            inner = verdict(value) if kind.value == ("verdict",) else data(concat(kind.value, value))
+            body += nest(NFTA_SET_ELEM_DATA, inner)
+    return nest(NFTA_LIST_ELEM, body)
+
+
+def element_bodies(table: str, elements: Iterable[SetElement], types: dict[str, SetType],
+                   *, keys_only: bool) -> Iterator[bytes]:
+    """The bodies of NEWSETELEM/DELSETELEM messages: one per set (and per 256 elements)."""
+    by_set: dict[str, list[bytes]] = {}
+    for name, e in elements:
+        if name not in types:
+            raise Unsupported(f"set {name} has no known type")
+        by_set.setdefault(name, []).append(element(types[name], e.key, e.value, keys_only=keys_only))
+    for name, items in by_set.items():
+        for i in range(0, len(items), MAX_ELEMENTS_PER_MESSAGE):
+            chunk = items[i:i + MAX_ELEMENTS_PER_MESSAGE]
+            yield (strz(TABLE, table) + strz(NAME, name)
+                   + nest(NFTA_SET_ELEM_LIST_ELEMENTS, *chunk))
+
+
+# ── rules ───────────────────────────────────────────────────────────────────────────────────────
+
+def expression(name: str, *attrs: bytes) -> bytes:
+    return nest(NFTA_LIST_ELEM, strz(NFTA_EXPR_NAME, name), nest(NFTA_EXPR_DATA, *attrs))
+
+
+def payload_load(p: Payload, length: int | None = None) -> tuple[bytes, int]:
+    """(the payload expression loading `p` into reg 1, its length)."""
+    if (p.protocol, p.field) not in PAYLOADS:
+        raise Unsupported(f"payload {p}")
+    base, offset, size = PAYLOADS[(p.protocol, p.field)]
+    size = size if length is None else length
+    return expression("payload", be32(1, REG_1), be32(2, base), be32(3, offset), be32(4, size)), size
+
+
+def cmp(op: str, value: bytes) -> bytes:
+    return expression("cmp", be32(1, REG_1), be32(2, 0 if op == "==" else 1), nest(3, data(value)))
+
+
+def match(m: Match, family: str) -> bytes:
+    left, right = m.left, m.right
+    if isinstance(right, SetRef) and isinstance(left, Payload):
+        load, _ = payload_load(left)
+        flags = be32(5, NFT_LOOKUP_F_INV) if m.op == "!=" else b""
+        return load + expression("lookup", be32(2, REG_1), strz(1, right.name), flags)
+    if not isinstance(right, Value):
+        raise Unsupported(f"match against {right}")
+    if isinstance(left, Payload):
+        return payload_match(left, m.op, right.text)
+    if isinstance(left, Meta) and left.key in META_KEYS:
+        load = expression("meta", be32(2, META_KEYS[left.key]), be32(1, REG_1))
+        return load + cmp(m.op, meta_value(left.key, right))
+    if isinstance(left, Fib) and right.text == "local":
+        which = FIB_SADDR if left.address == "saddr" else FIB_DADDR
+        load = expression("fib", be32(3, which), be32(2, FIB_RESULT_ADDRTYPE), be32(1, REG_1))
+        return load + cmp(m.op, struct.pack("=I", RTN_LOCAL))
+    if isinstance(left, Numgen) and left.offset == 0:
+        return numgen(left) + cmp(m.op, scalar("integer", right.text))
+    raise Unsupported(f"match {m}")
+
+
+def payload_match(p: Payload, op: str, text: str) -> bytes:
+    if p.protocol in ("ip", "ip6"):
+        try:
+            net = ipaddress.ip_network(text, strict=True)
+        except ValueError as exc:
+            raise Unsupported(f"address {text!r}") from exc
+        if net.prefixlen % 8 or net.version != (4 if p.protocol == "ip" else 6) or net.prefixlen == 0:
+            raise Unsupported(f"prefix {text}")  # nft masks with bitwise: not encoded here
+        load, size = payload_load(p, net.prefixlen // 8)
+        return load + cmp(op, net.network_address.packed[:size])
+    load, _ = payload_load(p)
+    return load + cmp(op, scalar("inet_service", text))
+
+
+def meta_value(key: str, v: Value) -> bytes:
+    if key == "l4proto":
+        return scalar("inet_proto", v.text)
+    name = v.unquoted
+    if name.endswith("*"):  # a wildcard compares the prefix only, without the NUL
+        return name[:-1].encode()
+    raw = name.encode()
+    if len(raw) >= IFNAMSIZ:
+        raise Unsupported(f"interface name {name!r}")
+    return raw + b"\0" * (IFNAMSIZ - len(raw))
+
+
+def numgen(n: Numgen) -> bytes:
+    return expression("numgen", be32(1, REG_1), be32(2, n.mod), be32(3, 1), be32(4, n.offset))
+
+
+def immediate(reg: int, payload: bytes) -> bytes:
+    return expression("immediate", be32(1, reg), nest(2, payload))
+
+
+def dnat(d: Dnat, family: str) -> bytes:
+    if d.family not in (None, family):
+        raise Unsupported(f"{d} in family {family}")
+    addr_type = "ipv4_addr" if family == "ip" else "ipv6_addr"
+    nfproto = FAMILIES[family]
+    if isinstance(d.to, MapLookup):
+        if not isinstance(d.to.key, Numgen) or not isinstance(d.to.table, SetRef):
+            raise Unsupported(f"dnat {d.to}")
+        proto_reg = REG32_00 + len(scalar(addr_type, "::" if family == "ip6" else "0.0.0.0")) // 4
+        return (numgen(d.to.key)
+                + expression("lookup", be32(2, REG_1), be32(3, REG_1), strz(1, d.to.table.name))
+                + expression("nat", be32(1, NFT_NAT_DNAT), be32(2, nfproto), be32(3, REG_1), be32(5, proto_reg)))
+    host, _, port = d.to.text.rpartition(":")
+    if not host or not port.isdigit():
+        raise Unsupported(f"dnat to {d.to}")
+    host = host[1:-1] if host.startswith("[") else host
+    return (immediate(REG_1, data(scalar(addr_type, host))) + immediate(REG_2, data(scalar("inet_service", port)))
+            + expression("nat", be32(1, NFT_NAT_DNAT), be32(2, nfproto), be32(3, REG_1), be32(5, REG_2),
+                         be32(7, NF_NAT_RANGE_PROTO_SPECIFIED)))
+
+
+def statement(s: Statement, family: str) -> bytes:
+    if isinstance(s, Match):
+        return match(s, family)
+    if isinstance(s, Verdict) and s.verb in VERDICTS:
+        return immediate(REG_VERDICT, verdict(f"{s.verb} {s.target}" if s.target else s.verb))
+    if isinstance(s, Dnat):
+        return dnat(s, family)
+    if isinstance(s, SetUpdate) and s.op == "update" and isinstance(s.key, Payload):
+        load, _ = payload_load(s.key)
+        return load + expression("dynset", be32(4, REG_1), be32(3, NFT_DYNSET_OP_UPDATE), strz(1, s.set))
+    raise Unsupported(f"statement {s}")
+
+
+def rule_expressions(text: str, family: str) -> bytes:
+    """NFTA_RULE_EXPRESSIONS of one rule in netkit's canonical spelling."""
+    try:
+        parsed = read(text)
+    except NotUnderstood as exc:
+        raise Unsupported(f"rule {text!r}: {exc}") from exc
+    return nest(NFTA_RULE_EXPRESSIONS, *(statement(s, family) for s in parsed.statements))
+
+
+# ── the batch ───────────────────────────────────────────────────────────────────────────────────
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The bytes of one batch and, by sequence number, what each message does (for errors)."""
+
+    data: bytes
+    what: dict[int, str]
+    first: int  # the BATCH_BEGIN's sequence number
+
+    @property
+    def messages(self) -> int:
+        """Messages that are acknowledged (all but BATCH_BEGIN and BATCH_END)."""
+        return len(self.what)
+
+
+def operations(tx: Transaction, types: dict[str, SetType]) -> Iterator[tuple[str, str, int, bytes]]:
+    """(description, message kind, extra flags, body) of each message, in the order of plan.script."""
+    t = tx.table
+    if tx.create is not None:
+        raise Unsupported("a whole table")
+    early = {s.name for s in _early_sets(tx)}
+    table = strz(TABLE, t)
+    for c in tx.flush_chains:
+        yield f"flush chain {c}", "DELRULE", 0, table + strz(2, c)
+    for body in element_bodies(t, tx.delete_elements, types, keys_only=True):
+        yield "delete element", "DELSETELEM", 0, body
+    for s in tx.delete_sets:
+        yield f"delete set {s.name}", "DELSET", 0, table + strz(NAME, s.name)
+    for c in tx.delete_chains:
+        yield f"delete chain {c}", "DELCHAIN", 0, table + strz(NFTA_CHAIN_NAME, c)
+    for ch in tx.add_chains:
+        if ch.hook is not None:
+            raise Unsupported(f"base chain {ch.name}")
+        yield f"add chain {ch.name}", "NEWCHAIN", NLM_F_CREATE, table + strz(NFTA_CHAIN_NAME, ch.name)
+    for s in tx.add_sets:
+        if s.name not in early:
+            raise Unsupported(f"add set {s.name}")
+    for ch in tx.rules:
+        for r in ch.rules:
+            body = table + strz(2, ch.name) + rule_expressions(r, tx.family)
+            yield f"add rule {ch.name} {r}", "NEWRULE", NLM_F_CREATE | NLM_F_APPEND, body
+    for body in element_bodies(t, tx.add_elements, types, keys_only=False):
+        yield "add element", "NEWSETELEM", NLM_F_CREATE, body
+
+
+def encode(tx: Transaction, genid: int, seq: int = 1) -> Batch:
+    """The batch of `tx`, refused by the kernel unless its generation is still `genid`.
+    Raises Unsupported for anything this module does not encode (see the module's docstring)."""
+    types = {s.name: SetType.of(s) for s in tx.element_sets}
+    family = FAMILIES[tx.family]
+    parts = [message(NFNL_MSG_BATCH_BEGIN, socket.AF_UNSPEC, seq, NLM_F_REQUEST,
+                     be32(NFNL_BATCH_GENID, genid), res_id=NFNL_SUBSYS_NFTABLES)]
+    what: dict[int, str] = {}
+    n = seq
+    for description, kind, flags, body in operations(tx, types):
+        n += 1
+        what[n] = description
+        parts.append(message(NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG[kind], family, n,
+                             NLM_F_REQUEST | NLM_F_ACK | flags, body))
+    parts.append(message(NFNL_MSG_BATCH_END, socket.AF_UNSPEC, n + 1, NLM_F_REQUEST, b"",
+                         res_id=NFNL_SUBSYS_NFTABLES))
+    batch = Batch(b"".join(parts), what, seq)
+    if len(batch.data) > MAX_BATCH_BYTES:
+        raise Unsupported(f"a batch of {len(batch.data)} bytes")
+    return batch
+
+
+# ── the replies ─────────────────────────────────────────────────────────────────────────────────
+
+class Refused(Exception):  # noqa: N818 — the kernel's answer, turned into a KernelError by kernel.py
+    """The kernel refused the batch (nothing was changed): why, in words."""
+
+
+def errors(replies: bytes, batch: Batch) -> tuple[set[int], list[str]]:
+    """(sequence numbers acknowledged, descriptions of the failures) in a run of replies."""
+    acked: set[int] = set()
+    failures: list[str] = []
+    offset = 0
+    while offset + _HEADER.size <= len(replies):
+        length, kind, _, seq, _ = _HEADER.unpack_from(replies, offset)
+        if length < _HEADER.size:
+            break
+        if kind == NLMSG_ERROR:
+            (code,) = struct.unpack_from("=i", replies, offset + _HEADER.size)
+            acked.add(seq)
+            if code:
+                failures.append(failure(-code, seq, batch))
+        offset += (length + 3) & ~3
+    return acked, failures
+
+
+def failure(code: int, seq: int, batch: Batch) -> str:
+    if seq == batch.first and code == errno.ERESTART:
+        return "the namespace's nftables generation moved since it was read (another commit)"
+    what = batch.what.get(seq, "the batch")
+    return f"{what}: {os.strerror(code)} ({errno.errorcode.get(code, code)})"
+
+
+# ── sending (the one IO function here) ──────────────────────────────────────────────────────────
+
+SOL_NETLINK, NETLINK_CAP_ACK = 270, 10
+
+
+def send_batch(sock: socket.socket, batch: Batch) -> None:
+    """Send `batch` on a netfilter netlink socket of its own and read its acknowledgements; Refused
+    (with the kernel's reasons) when it was refused, which changed nothing. The kernel runs a batch
+    inside send(), so the answer is already queued when it returns; the timeout is a safety net."""
+    sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)  # errors without a copy of the message
+    sock.settimeout(5)
+    sock.send(batch.data)
+    acked: set[int] = set()
+    failures: list[str] = []
+    while not failures and len(acked) < batch.messages:
+        got, failed = errors(sock.recv(1 << 20), batch)
+        acked |= got
+        failures += failed
+    if failures:
+        raise Refused("; ".join(failures))
