@@ -138,6 +138,7 @@ def _with(line: str, where: str) -> list[str]:
     ("\t\telements = { 10.96.0.11 . tcp . 80 counter packets 0 bytes 0 : goto svc-x }", "map service-ips"),
     ("\t\telements = { 10.96.0.11 . tcp . 80 : goto svc-x comment \"x\" }", "map service-ips"),
     ("\t\telements = { 10.96.0.1-10.96.0.9 . tcp . 80 : goto svc-x }", "map service-ips"),
+    ("\t\tsize 10", "elements = { 10.96.0.10"),
     ("\t\tcomment \"x\"", "chain masquerading"),
     ("\tflags dormant", "table ip netkit"),
     ("\tcomment \"x\"", "table ip netkit"),

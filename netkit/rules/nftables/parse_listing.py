@@ -268,16 +268,24 @@ def _set(name: str, is_map: bool, lines: Iterator[str]) -> NamedSet:
     value: str | None = None
     flags: tuple[str, ...] = ()
     numbers: dict[str, int] = {}
-    listed: list[str] = []
+    elements: list[Element] | None = None
     for line in lines:
         if line == "}":
             if key is None or is_map != (value is not None):
                 raise Unrecognised(f"set {name}: no type")
-            # a dynamic set's elements are runtime state (clients seen), with timeouts: not read
-            elements = frozenset() if "dynamic" in flags else frozenset(_elements(name, is_map, listed))
-            return NamedSet(name, key, value, flags, numbers.get("timeout"), numbers.get("size"), elements)
+            return NamedSet(name, key, value, flags, numbers.get("timeout"), numbers.get("size"),
+                            frozenset(elements or ()))
+        if elements is not None:  # nft lists every attribute before the elements
+            raise Unrecognised(f"set {name}: {line!r} after its elements")
         if line.startswith("elements = {"):
-            listed.extend(_element_lines(name, line, lines))
+            listed = _element_lines(name, line, lines)
+            # a dynamic set's elements are runtime state (clients seen, with timeouts): not read
+            if "dynamic" in flags:
+                elements = []
+                for _ in listed:
+                    pass
+            else:
+                elements = _elements(name, is_map, listed)
         elif line.startswith("type "):
             key, value = _type(name, line)
         elif (typeof := _TYPEOF.fullmatch(line)) is not None:
@@ -317,7 +325,7 @@ def _element_lines(name: str, first: str, lines: Iterator[str]) -> Iterator[str]
     yield line[:-1]
 
 
-def _elements(name: str, is_map: bool, listed: list[str]) -> list[Element]:
+def _elements(name: str, is_map: bool, listed: Iterable[str]) -> list[Element]:
     shape = _MAP_LINE if is_map else _SET_LINE
     found: list[Element] = []
     for line in listed:
