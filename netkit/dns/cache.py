@@ -2,10 +2,15 @@
 
 What is kept: replies from the upstream (forwarded names, and the upstream half of an ExternalName
 chase) with rcode NOERROR (with records: *success*; empty: *denial*, NODATA) or NXDOMAIN (*denial*),
-never a truncated reply, SERVFAIL or a reply that cannot be read. How long: CoreDNS's rules — the
-smallest TTL of the records (for a denial, of the authority section's; 5 s when there is none),
-clamped to [min_ttl, max_ttl] (5 and 30). A hit is served with every TTL set to what remains, as
-CoreDNS does; the TTL bytes are rewritten at most once per second per entry.
+and SERVFAIL or NOTIMP (CoreDNS's "server error" type, kept with the denials); never a truncated
+reply, another rcode or a reply that cannot be read. How long: CoreDNS's rules — the smallest TTL of
+the records (for a denial, of the authority section's; 5 s when there is none), clamped to
+[min_ttl, max_ttl] (5 and 30); a server error for `servfail_ttl` whatever its records say (CoreDNS's
+`servfail` option: 5 s unless set, 0 keeps none, at most 5 minutes — RFC 2308 section 7.1). So an
+upstream that fails a name is asked again once per 5 s, not once per query; an upstream that does
+not answer at all is not a reply and is never cached (CoreDNS's forward answers SERVFAIL outside
+its cache then). A hit is served with every TTL set to what remains, as CoreDNS does; the TTL bytes
+are rewritten at most once per second per entry.
 
 Keys are the engine's: the query without its ID, with the question name lower-cased, so a hit is
 `id + head + question name as asked + tail` (the upstream echoes the question, and every later name
@@ -23,19 +28,21 @@ from dataclasses import dataclass
 from netkit.dns.metrics import CacheCounters, DnsMetrics, Kind, rcode_label, type_label
 
 MAX_TTL, MIN_TTL, DEFAULT_DENIAL_TTL = 30, 5, 5
+SERVFAIL_TTL, MAX_SERVFAIL_TTL = 5.0, 300.0  # CoreDNS's failttl default and the cap its setup enforces
 CAPACITY = 9984
 MAX_BYTES = 32 << 20
 OPT, SOA = 41, 6
-NOERROR, NXDOMAIN = 0, 3
+NOERROR, SERVFAIL, NXDOMAIN, NOTIMP = 0, 2, 3, 4
 
 
 class Entry:
     __slots__ = ("head", "tail", "kind", "stored", "expires", "ttl", "age", "offsets", "type")
 
     def __init__(self, head: bytes, tail: bytearray, kind: int, stored: float, ttl: int,
-                 offsets: tuple[int, ...], type_: str) -> None:
+                 offsets: tuple[int, ...], type_: str, lifetime: float | None = None) -> None:
         self.head, self.tail, self.kind = head, tail, kind
-        self.stored, self.ttl, self.expires = stored, ttl, stored + ttl
+        self.stored, self.ttl = stored, ttl
+        self.expires = stored + (ttl if lifetime is None else lifetime)
         self.age = -1
         self.offsets = offsets  # where the TTLs are in `tail`
         self.type = type_  # "success" | "denial"
@@ -97,9 +104,13 @@ def _soa_minimum(reply: bytes, rdata: int, rdlen: int) -> int:
 
 class ForwardCache:
     def __init__(self, metrics: DnsMetrics, *, max_ttl: int = MAX_TTL, min_ttl: int = MIN_TTL,
-                 capacity: int = CAPACITY, max_bytes: int = MAX_BYTES) -> None:
+                 capacity: int = CAPACITY, max_bytes: int = MAX_BYTES, servfail_ttl: float = SERVFAIL_TTL) -> None:
+        if not 0 <= servfail_ttl <= MAX_SERVFAIL_TTL:
+            raise ValueError("caching SERVFAIL responses over 5 minutes is not permitted" if servfail_ttl > 0
+                             else "invalid negative ttl for servfail")
         self.metrics = metrics
         self.counters: CacheCounters = metrics.cache
+        self.servfail_ttl = servfail_ttl
         self.max_ttl, self.min_ttl = max_ttl, min(min_ttl, max_ttl)
         self.capacity, self.max_bytes = capacity, max_bytes
         self.udp: dict[bytes, Entry] = {}
@@ -142,11 +153,11 @@ class ForwardCache:
         if parsed is None:
             self.counters.drops += 1
             return reply
-        if parsed.truncated or parsed.rcode not in (NOERROR, NXDOMAIN):
+        lifetime = self._lifetime(parsed)
+        if lifetime is None:
             return reply
         success = parsed.rcode == NOERROR and parsed.answers > 0
-        ttl = parsed.min_ttl if success else parsed.min_authority_ttl
-        ttl = max(self.min_ttl, min(self.max_ttl, DEFAULT_DENIAL_TTL if ttl is None else ttl))
+        ttl = int(lifetime)
         type_ = "success" if success else "denial"
         qtype = struct.unpack_from("!H", reply, name_end + 1)[0] if len(reply) >= name_end + 3 else 0
         kind = self.metrics.kind(Kind("tcp" if tcp else "udp", family, type_label(qtype), rcode_label(parsed.rcode),
@@ -160,12 +171,24 @@ class ForwardCache:
         old = entries.pop(key, None)
         if old is not None:
             self._forget(old)
-        entry = entries[key] = Entry(reply[2:12], tail, kind, now, ttl, offsets, type_)
+        entry = entries[key] = Entry(reply[2:12], tail, kind, now, ttl, offsets, type_, lifetime)
         entry.age = 0
         self.bytes += len(tail) + 10
         self.entries[type_] += 1
         self._bound()
         return reply[:name_end] + bytes(tail)
+
+    def _lifetime(self, parsed: Parsed) -> float | None:
+        """How long to keep a reply (seconds), None for one not kept."""
+        if parsed.truncated:
+            return None
+        if parsed.rcode in (SERVFAIL, NOTIMP):
+            return self.servfail_ttl or None
+        if parsed.rcode not in (NOERROR, NXDOMAIN):
+            return None
+        success = parsed.rcode == NOERROR and parsed.answers > 0
+        ttl = parsed.min_ttl if success else parsed.min_authority_ttl
+        return float(max(self.min_ttl, min(self.max_ttl, DEFAULT_DENIAL_TTL if ttl is None else ttl)))
 
     def clear(self) -> None:
         self.udp.clear()

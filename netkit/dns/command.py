@@ -30,7 +30,8 @@ from typing import Any
 
 from aiohttp import web
 
-from netkit.dns.cache import CAPACITY, MAX_TTL, ForwardCache
+from netkit.config import parse_seconds
+from netkit.dns.cache import CAPACITY, MAX_SERVFAIL_TTL, MAX_TTL, SERVFAIL_TTL, ForwardCache
 from netkit.dns.endpoints import health_app, metrics_app, parse_http_address, ready_app, serve
 from netkit.dns.engine import Engine
 from netkit.dns.metrics import DnsMetrics
@@ -99,6 +100,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"cache upstream answers for at most this long (default {MAX_TTL}, as `cache 30`; 0: off)")
     g.add_argument("--cache-size", type=int, default=2 * CAPACITY, metavar="N",
                    help=f"upstream answers kept at most (default {2 * CAPACITY})")
+    g.add_argument("--cache-servfail", default=f"{SERVFAIL_TTL:g}s", metavar="DURATION",
+                   help="keep an upstream's SERVFAIL this long (CoreDNS's `servfail`: default 5s, at most 5m; 0: not)")
     g = p.add_argument_group("observability (CoreDNS's prometheus, health, ready, log)")
     g.add_argument("--metrics-listen", default=":9153", metavar="[IP]:PORT",
                    help="/metrics (default :9153; empty disables)")
@@ -133,6 +136,19 @@ def _options(args: argparse.Namespace) -> Options:
                        loadbalance=args.loadbalance != "off", local_ips=_local_ips(args.listen))
     except ValueError as exc:
         raise NetkitError(str(exc)) from exc
+
+
+def _servfail_ttl(text: str) -> float:
+    """--cache-servfail: a duration (5s, 1m) or seconds, checked as CoreDNS's cache setup checks it."""
+    try:
+        seconds = parse_seconds(text, "--cache-servfail")
+        if seconds < 0:
+            raise ValueError("invalid negative ttl for servfail")
+        if seconds > MAX_SERVFAIL_TTL:
+            raise ValueError("caching SERVFAIL responses over 5 minutes is not permitted")
+    except (ValueError, NetkitError) as exc:
+        raise NetkitError(f"--cache-servfail: {str(exc).removeprefix('--cache-servfail: ')}") from None
+    return seconds
 
 
 def _local_ips(listen: str) -> tuple[IPAddress, ...]:
@@ -198,7 +214,8 @@ def _source(args: argparse.Namespace, options: Options, store: Store) -> Any:
 async def _serve(args: argparse.Namespace, options: Options, http: dict[str, tuple[str | None, int] | None]) -> int:
     listen = parse_address(args.listen)
     metrics = DnsMetrics(_server_label(listen), plugins=PLUGINS + (("log",) if args.log_queries else ()))
-    cache = ForwardCache(metrics, max_ttl=max(0, args.cache_ttl), capacity=args.cache_size if args.cache_ttl > 0 else 0)
+    cache = ForwardCache(metrics, max_ttl=max(0, args.cache_ttl), capacity=args.cache_size if args.cache_ttl > 0 else 0,
+                         servfail_ttl=_servfail_ttl(args.cache_servfail))
     server = DnsServer(Engine(options, metrics=metrics), listen, _router(args, metrics), tcp_idle=args.tcp_idle_timeout,
                        max_tcp=max(1, args.tcp_max_connections), cache=cache,
                        query_log=_print if args.log_queries else None)

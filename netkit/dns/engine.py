@@ -14,10 +14,11 @@ Installing a view replaces both caches; they are also dropped whole when they re
 which bounds what random names can cost. Every cached value carries its metrics `Kind` number, so a
 hit is counted with one list increment (netkit.dns.metrics).
 
-With `Options.loadbalance` (CoreDNS's `loadbalance`, on by default as in kubeadm's Corefile) a reply
-with more than one A/AAAA record has them shuffled, CNAMEs kept first, and such a reply is never
-cached, so every query gets its own order; replies with one address (most ClusterIP names) stay on
-the fast path.
+With `Options.loadbalance` (CoreDNS's `loadbalance`, on by default as in kubeadm's Corefile) every
+section of a NOERROR reply — answer, authority, additional — is put in CoreDNS's round_robin order
+(netkit.dns.loadbalance: CNAMEs first, A/AAAA records shuffled); a reply in which some section has
+more than one address is never cached, so every query gets its own order; replies with one address
+(most ClusterIP names) stay on the fast path.
 
 The key's lower-casing stops at the first zero byte after the header, which is the root label of a
 plain name; a reply is stored only when it is, so no two distinct questions share a key.
@@ -26,10 +27,11 @@ plain name; a reply is stored only when it is, so no two distinct questions shar
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from netkit.dns import loadbalance
 from netkit.dns.metrics import DnsMetrics, Kind, rcode_label, type_label
-from netkit.dns.resolver import REFUSED, Reply, RType, resolve
+from netkit.dns.resolver import REFUSED, Reply, resolve
 from netkit.dns.view import Options, View
 from netkit.dns.wire import Query, Rejected, encode, encode_rejected, parse_query, reply_limit
 
@@ -122,22 +124,16 @@ class Engine:
             return encode(query, REFUSED, reply_limit(query.edns, tcp)), query
         view = self.view
         reply = resolve(view, self.options, query.name, query.qtype)
-        shuffled = self.options.loadbalance and _addresses(reply) > 1
-        if shuffled:
-            reply = self.shuffle(reply)
+        shuffled = False
+        if self.options.loadbalance:
+            shuffled = loadbalance.changes(reply)
+            reply = loadbalance.shuffle(reply, self.random)
         if reply.forward or reply.chase is not None:
             return Upstream(data, query, reply, tcp), query
         out = encode(query, reply, reply_limit(query.edns, tcp), zone=self.options.zone)
         if reply.from_view and query.plain and view is not None and view is self.view and not shuffled:
             self._store(data, query, out, tcp)
         return out, query
-
-    def shuffle(self, reply: Reply) -> Reply:
-        """The answer's A/AAAA records in a random order, every other record first (CNAMEs lead)."""
-        addresses = [r for r in reply.answer if r.rtype in (RType.A, RType.AAAA)]
-        self.random.shuffle(addresses)
-        rest = [r for r in reply.answer if r.rtype not in (RType.A, RType.AAAA)]
-        return replace(reply, answer=(*rest, *addresses))
 
     def kind(self, query: Query | None, request_size: int, out: bytes, tcp: bool, plugin: str, cache: str) -> int:
         """The metrics kind number of one answer."""
@@ -166,6 +162,3 @@ class Engine:
         cache[cache_key(data, end)] = (out[2:12], out[end:], kind)
         self.cached[type_] += 1
 
-
-def _addresses(reply: Reply) -> int:
-    return sum(1 for r in reply.answer if r.rtype in (RType.A, RType.AAAA))

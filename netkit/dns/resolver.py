@@ -55,6 +55,7 @@ class RType(enum.IntEnum):
     CNAME = 5
     SOA = 6
     PTR = 12
+    MX = 15  # never in the view's answers; loadbalance orders upstream-style sections by it
     TXT = 16
     AAAA = 28
     SRV = 33

@@ -86,7 +86,8 @@ class TestUpstream:
 
     *.example.com A → 192.0.2.1 (and counts the queries); silent.example.com → no reply;
     slow.example.com A → 192.0.2.9 after `delay` seconds; big.example.com A → 60 records (TC over UDP
-    without EDNS); 9.9.9.9 PTR → nine.example.com; other names → NXDOMAIN with an SOA (minimum 60).
+    without EDNS); flaky.example.com → SERVFAIL while `failing` is set, else as *.example.com;
+    9.9.9.9 PTR → nine.example.com; other names → NXDOMAIN with an SOA (minimum 60).
     With `forward_to`, it forwards every query there instead (a loop); with `mute`, it answers nothing
     (a dead upstream that still counts what it receives). Listens on `host` (any 127.0.0.x).
     """
@@ -97,6 +98,7 @@ class TestUpstream:
                  mute: bool = False, delay: float = 1.0) -> None:
         self.forward_to, self.host, self.mute, self.delay = forward_to, host, mute, delay
         self.seen: list[str] = []
+        self.failing = False
         self.lt = LoopThread()
         self.port = self.lt.call(self._start())
 
@@ -128,7 +130,9 @@ class TestUpstream:
         if name.startswith("silent.") or self.mute:
             return None
         r = q.reply()
-        if name == "big.example.com.":
+        if name == "flaky.example.com." and self.failing:
+            r.header.rcode = 2
+        elif name == "big.example.com.":
             for i in range(60):
                 r.add_answer(RR(q.q.qname, QTYPE.A, ttl=60, rdata=A(f"192.0.2.{i + 1}")))
             packed: bytes = r.pack()

@@ -35,6 +35,17 @@ def test_a_busy_port_is_one_line_and_exit_2() -> None:
         assert "cannot listen" in lines[0]
 
 
+@pytest.mark.parametrize(("value", "reason"), [
+    ("6m", "caching SERVFAIL responses over 5 minutes is not permitted"),
+    ("-1s", "invalid negative ttl for servfail"), ("soon", "'soon' is not a duration"),
+])
+def test_a_bad_servfail_duration_is_one_line_and_exit_2(value: str, reason: str) -> None:
+    proc = netkit_dns("--listen", f"127.0.0.1:{free_port()}", *NO_HTTP, f"--cache-servfail={value}")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"netkit: error: --cache-servfail: {reason}"), lines
+
+
 def test_bad_stub_domains_and_addresses_are_refused() -> None:
     proc = netkit_dns("--stub-domain", "example.com", *NO_HTTP)
     assert proc.returncode == 2 and proc.stderr.startswith("netkit: error: 'example.com': expected DOMAIN=")

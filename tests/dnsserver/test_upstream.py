@@ -35,6 +35,34 @@ def test_names_outside_the_zone_are_forwarded(start_server: Start, upstream: Tes
     assert upstream.seen.count("www.example.com.") == 2
 
 
+def test_an_upstream_servfail_is_cached_for_the_servfail_duration_then_asked_again(
+        start_server: Start, upstream: TestUpstream) -> None:
+    r = start_server(view(), [upstream.address])
+    assert r.server.cache.servfail_ttl == 5.0  # CoreDNS's default; shortened below to keep the test quick
+    r.lt.run(lambda: setattr(r.server.cache, "servfail_ttl", 1.0))
+    upstream.failing = True
+    assert ask(r, "flaky.example.com.", "A").rcode() == dns.rcode.SERVFAIL
+    upstream.failing = False  # the upstream recovers; the cached SERVFAIL stands for its duration
+    t0 = time.monotonic()
+    again = [ask(r, "Flaky.Example.com.", "A") for _ in range(3)]
+    assert time.monotonic() - t0 < 1.0, "too slow to observe the cache"
+    assert [m.rcode() for m in again] == [dns.rcode.SERVFAIL] * 3
+    assert again[0].question[0].name.to_text() == "Flaky.Example.com."  # answered in the question's case
+    assert upstream.count("flaky.example.com.") == 1
+    time.sleep(max(0.0, t0 + 1.05 - time.monotonic()))
+    m = ask(r, "flaky.example.com.", "A")
+    assert m.rcode() == dns.rcode.NOERROR and m.answer[0][0].to_text() == "192.0.2.1"
+    assert upstream.count("flaky.example.com.") == 2
+    assert ask(r, "flaky.example.com.", "A").rcode() == dns.rcode.NOERROR and upstream.count("flaky.example.com.") == 2
+
+
+def test_no_answer_at_all_is_not_cached(start_server: Start, upstream: TestUpstream) -> None:
+    r = start_server(view(), [upstream.address], timeout=0.3)
+    for _ in range(2):
+        assert ask(r, "silent.example.com.", "A").rcode() == dns.rcode.SERVFAIL
+    assert upstream.count("silent.example.com.") == 2  # a timeout is not the upstream's SERVFAIL
+
+
 def test_zone_names_never_reach_the_upstream(start_server: Start, upstream: TestUpstream) -> None:
     r = start_server(view(), [upstream.address])
     assert ask(r, f"nope.default{Z}", "A").rcode() == dns.rcode.NXDOMAIN

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from dnslib import QTYPE, RR, SOA, A, DNSRecord
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -133,14 +134,47 @@ def test_cache_denials_use_the_soa_minimum_and_memory_is_bounded() -> None:
     assert metrics.cache.evictions == {"success": 2, "denial": 1}
 
 
-def test_truncated_and_servfail_replies_are_not_kept() -> None:
+def with_rcode(reply: bytes, rcode: int) -> bytes:
+    return reply[:3] + bytes([(reply[3] & 0xF0) | rcode]) + reply[4:]
+
+
+def test_truncated_and_other_error_replies_are_not_kept() -> None:
     cache = ForwardCache(DnsMetrics(""))
     data, reply, end = upstream_reply("www.example.com", 60)
     truncated = reply[:2] + bytes([reply[2] | 0x02]) + reply[3:]
-    servfail = reply[:3] + bytes([(reply[3] & 0xF0) | 2]) + reply[4:]
-    for r in (truncated, servfail):
+    for r in (truncated, with_rcode(reply, 5), with_rcode(reply, 1), with_rcode(truncated, 2)):  # REFUSED, FORMERR
         cache.put(cache_key(data, end), r, end, False, 0, 1, 1, False)
     assert not cache.udp
+
+
+@pytest.mark.parametrize("rcode", [2, 4])  # SERVFAIL, NOTIMP: CoreDNS's "server error" type
+def test_server_errors_are_kept_for_the_servfail_duration_as_denials(rcode: int) -> None:
+    metrics = DnsMetrics("")
+    cache = ForwardCache(metrics)
+    data, reply, end = upstream_reply("www.example.com", 60)
+    key = cache_key(data, end)
+    failed = with_rcode(upstream_reply("www.example.com", 60)[1], rcode)
+    sent = cache.put(key, failed, end, False, 100.0, len(data), 1, False)
+    assert ttls(sent) == [5]  # its records (had it any) capped to the duration, as CoreDNS's writer does
+    assert cache.counts() == (0, 1)
+    e = cache.hit(cache.udp, key, 104.9)
+    assert e is not None and e.type == "denial"
+    assert (data[:2] + e.head + data[12:end] + bytes(e.tail))[3] & 0xF == rcode
+    assert cache.hit(cache.udp, key, 105.0) is None and cache.counts() == (0, 0)  # 5 s, whatever the TTLs say
+    short = ForwardCache(metrics, servfail_ttl=0.5)
+    short.put(key, failed, end, False, 0.0, 1, 1, False)
+    assert short.hit(short.udp, key, 0.4) is not None and short.hit(short.udp, key, 0.5) is None
+    off = ForwardCache(metrics, servfail_ttl=0)
+    off.put(key, failed, end, False, 0.0, 1, 1, False)
+    assert not off.udp
+
+
+def test_the_servfail_duration_is_capped_like_corednss() -> None:
+    ForwardCache(DnsMetrics(""), servfail_ttl=300)
+    with pytest.raises(ValueError, match="over 5 minutes is not permitted"):
+        ForwardCache(DnsMetrics(""), servfail_ttl=301)
+    with pytest.raises(ValueError, match="negative"):
+        ForwardCache(DnsMetrics(""), servfail_ttl=-1)
 
 
 def test_the_number_of_kinds_stays_bounded() -> None:

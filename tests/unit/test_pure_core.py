@@ -20,7 +20,7 @@ PURE = [
     "netkit/rules/nftables/render.py", "netkit/rules/nftables/parse.py", "netkit/rules/nftables/trace.py",
     "netkit/rules/ipvs/compile.py", "netkit/rules/ipvs/plan.py", "netkit/rules/ipvs/ruleset.py",
     "netkit/dns/names.py", "netkit/dns/view.py", "netkit/dns/resolver.py", "netkit/dns/wire.py",
-    "netkit/dns/engine.py", "netkit/dns/metrics.py", "netkit/dns/cache.py",
+    "netkit/dns/engine.py", "netkit/dns/metrics.py", "netkit/dns/cache.py", "netkit/dns/loadbalance.py",
 ]
 FORBIDDEN = {"subprocess", "socket", "asyncio", "aiohttp", "kubernetes", "pyroute2", "watchfiles", "netkit.netns"}
 
