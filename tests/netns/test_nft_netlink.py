@@ -22,7 +22,7 @@ from netkit.rules.nftables import netlink
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.plan import plan
-from netkit.rules.nftables.ruleset import Element
+from netkit.rules.nftables.ruleset import Element, Ruleset
 from tests.conftest import need_root_and
 
 CONFIG = Config(cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:244::/48")))
@@ -213,3 +213,32 @@ def test_a_refused_batch_is_one_error_and_changes_nothing(two_netns: tuple[str, 
     assert "No such file or directory" in str(refused.value)
     assert kernel_view(netns, "ip") == listing
     assert k.netlink_batches == 0
+    k.apply(good)  # the same socket, past the refused batch's replies
+    assert k.netlink_batches >= 1 and k.dump() == good_end(ps)
+
+
+def good_end(ps: tuple[ServicePortState, ...]) -> Ruleset:
+    return compile(NodeState(NodeInfo("node-a"), ps[1:]), CONFIG, IPFamily.IPV4)
+
+
+def test_a_namespace_created_again_is_written_through_a_new_socket() -> None:
+    """The writer's socket belongs to the namespace it was opened in: after the namespace is
+    created again under the same name, a batch must change the new one."""
+    name = f"nkl-{uuid.uuid4().hex[:10]}"
+    ps = start(IPFamily.IPV4)
+    a = compile(NodeState(NodeInfo("node-a"), ps), CONFIG, IPFamily.IPV4)
+    b = good_end(ps)
+    try:
+        subprocess.run(["ip", "netns", "add", name], check=True)
+        k = NftKernel("ip", name)
+        k.apply(plan(None, a))
+        k.apply(plan(a, b))
+        assert k.netlink_batches >= 1
+        subprocess.run(["ip", "netns", "del", name], check=True)
+        subprocess.run(["ip", "netns", "add", name], check=True)
+        k.apply(plan(None, b))
+        sent = k.netlink_batches
+        k.apply(plan(b, a))
+        assert k.netlink_batches > sent and k.dump() == a
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)

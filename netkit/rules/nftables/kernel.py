@@ -19,7 +19,9 @@ refused script changes nothing:
   namespace. Saves the fork/exec of `ip` and `nft` on every sync.
 
 `transport="auto"` picks "lib" when python3-nftables can be loaded, else "cli"; bench/nftables.py
-measures both (figures in docs/nftables.md).
+measures both (figures in docs/nftables.md). With "auto", a transaction netlink.py can encode (the
+small ones of the daemon's syncs) is sent as one NFNETLINK batch of its own making instead, without
+nft's cache fill that lists every chain first; "cli" and "lib" always send scripts.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class NftKernel:
         self._lib: Any = None
         self._generation = Generation(lambda: netfilter_socket(netns), f"/run/netns/{netns}" if netns else None)
         self._known: int | None = None  # the generation at which this kernel last wrote or read the table
+        self._writer = netlink.Writer(lambda: netfilter_socket(netns), f"/run/netns/{netns}" if netns else None)
         self.netlink_batches = 0  # transactions sent by netlink.py's writer (tests and benchmarks)
 
     # ── the Kernel protocol ──
@@ -139,22 +142,18 @@ class NftKernel:
         (transport "auto"), else as an nft script; returns how many were sent (0 or 1)."""
         if self.transport == "auto" and tx.create is None and not tx.empty:
             genid = self._generation.read()
-            batch = None
             if genid is not None:
                 try:
-                    batch = netlink.encode(tx, genid)
+                    self._send_batch(tx, genid)
+                    return 1
                 except netlink.Unsupported:
-                    pass
-            if batch is not None:
-                self._send_batch(batch, tx)
-                return 1
+                    pass  # nothing was sent: the whole transaction goes as a script
         return self.send(render_transaction(tx), big=tx.create is not None)
 
-    def _send_batch(self, batch: netlink.Batch, tx: Transaction) -> None:
+    def _send_batch(self, tx: Transaction, genid: int) -> None:
         where = f" in network namespace {self.netns}" if self.netns else ""
         try:
-            with netfilter_socket(self.netns) as sock:
-                netlink.send_batch(sock, batch)
+            self._writer.send(tx, genid)
         except netlink.Refused as exc:
             raise KernelError(f"the kernel refused the transaction{where}; nothing was changed",
                               payload=render_transaction(tx), stderr=str(exc)) from None

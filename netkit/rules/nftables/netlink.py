@@ -36,7 +36,7 @@ import ipaddress
 import os
 import socket
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from netkit.rules.nftables.plan import Transaction, _early_sets
@@ -426,7 +426,7 @@ def errors(replies: bytes, batch: Batch) -> tuple[set[int], list[str]]:
         length, kind, _, seq, _ = _HEADER.unpack_from(replies, offset)
         if length < _HEADER.size:
             break
-        if kind == NLMSG_ERROR:
+        if kind == NLMSG_ERROR and batch.first <= seq <= batch.first + batch.messages:
             (code,) = struct.unpack_from("=i", replies, offset + _HEADER.size)
             acked.add(seq)
             if code:
@@ -442,17 +442,68 @@ def failure(code: int, seq: int, batch: Batch) -> str:
     return f"{what}: {os.strerror(code)} ({errno.errorcode.get(code, code)})"
 
 
-# ── sending (the one IO function here) ──────────────────────────────────────────────────────────
+# ── sending (the IO of this module) ─────────────────────────────────────────────────────────────
 
 SOL_NETLINK, NETLINK_CAP_ACK = 270, 10
 
 
+class Writer:
+    """Sends batches on one netfilter netlink socket, kept open: closing one cost ~13 ms here (the
+    kernel's release of a netfilter socket), more than the whole batch. Opened again when the
+    namespace at `netns_path` (/run/netns/NAME) is not the one it was opened in, so a namespace
+    created again under the same name is never written through the old one's socket."""
+
+    def __init__(self, opener: Callable[[], socket.socket], netns_path: str | None = None) -> None:
+        self._opener = opener
+        self._path = netns_path
+        self._sock: socket.socket | None = None
+        self._opened_in: tuple[int, int] | None = None
+        self._seq = 1
+
+    def send(self, tx: Transaction, genid: int) -> None:
+        """Encode `tx` (Unsupported: nothing was sent) and send it; Refused or OSError when not done."""
+        batch = encode(tx, genid, self._seq)
+        self._seq = (self._seq + batch.messages + 2) % (1 << 31) or 1
+        sock = self._socket()
+        try:
+            send_batch(sock, batch)
+        except OSError:
+            self.close()
+            raise
+
+    def _socket(self) -> socket.socket:
+        where = None
+        if self._path is not None:
+            st = os.stat(self._path)
+            where = st.st_dev, st.st_ino
+        if self._sock is not None and where != self._opened_in:
+            self.close()
+        if self._sock is None:
+            self._sock = self._opener()
+            self._sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)  # errors without a copy of the message
+            self._sock.settimeout(5)
+            self._opened_in = where
+        return self._sock
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
 def send_batch(sock: socket.socket, batch: Batch) -> None:
-    """Send `batch` on a netfilter netlink socket of its own and read its acknowledgements; Refused
-    (with the kernel's reasons) when it was refused, which changed nothing. The kernel runs a batch
-    inside send(), so the answer is already queued when it returns; the timeout is a safety net."""
-    sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)  # errors without a copy of the message
-    sock.settimeout(5)
+    """Send `batch` and read its acknowledgements; Refused (with the kernel's reasons) when it was
+    refused, which changed nothing. The kernel runs a batch inside send(), so the answer is queued
+    when it returns; replies to an earlier batch (after its first error) are drained first."""
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        while sock.recv(1 << 16):
+            pass
+    except BlockingIOError:
+        pass
+    finally:
+        sock.settimeout(timeout)
     sock.send(batch.data)
     acked: set[int] = set()
     failures: list[str] = []
