@@ -25,6 +25,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from netkit.dns.loadbalance import Run, WireRecord, wire_run
 from netkit.dns.metrics import CacheCounters, DnsMetrics, Kind, rcode_label, type_label
 
 MAX_TTL, MIN_TTL, DEFAULT_DENIAL_TTL = 30, 5, 5
@@ -36,7 +37,7 @@ NOERROR, SERVFAIL, NXDOMAIN, NOTIMP = 0, 2, 3, 4
 
 
 class Entry:
-    __slots__ = ("head", "tail", "kind", "stored", "expires", "ttl", "age", "offsets", "type")
+    __slots__ = ("head", "tail", "kind", "stored", "expires", "ttl", "age", "offsets", "type", "runs")
 
     def __init__(self, head: bytes, tail: bytearray, kind: int, stored: float, ttl: int,
                  offsets: tuple[int, ...], type_: str, lifetime: float | None = None) -> None:
@@ -46,6 +47,7 @@ class Entry:
         self.age = -1
         self.offsets = offsets  # where the TTLs are in `tail`
         self.type = type_  # "success" | "denial"
+        self.runs: tuple[Run, ...] = ()  # address records loadbalance shuffles, offsets in `tail`
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,7 @@ class Parsed:
     ttl_offsets: tuple[int, ...]  # absolute offsets of every TTL but the OPT record's
     min_ttl: int | None  # over answer + authority + additional (success)
     min_authority_ttl: int | None  # over authority (denial)
+    runs: tuple[Run, ...] = ()  # address records loadbalance may shuffle (NOERROR only)
 
 
 def parse_reply(reply: bytes) -> Parsed | None:
@@ -66,8 +69,9 @@ def parse_reply(reply: bytes) -> Parsed | None:
         for _ in range(qd):
             pos = _skip_name(reply, pos) + 4
         offsets, ttls, auth_ttls = [], [], []
+        sections: tuple[list[WireRecord], ...] = ([], [], [])
         for i in range(an + ns + ar):
-            pos = _skip_name(reply, pos)
+            start, pos = pos, _skip_name(reply, pos)
             rtype, _, ttl, rdlen = struct.unpack_from("!HHIH", reply, pos)
             if rtype != OPT:
                 offsets.append(pos + 4)
@@ -75,12 +79,15 @@ def parse_reply(reply: bytes) -> Parsed | None:
                 if an <= i < an + ns:
                     auth_ttls.append(min(ttl, _soa_minimum(reply, pos + 10, rdlen)) if rtype == SOA else ttl)
             pos += 10 + rdlen
+            sections[0 if i < an else 1 if i < an + ns else 2].append(
+                WireRecord(start, reply[start:start + 2], rtype, pos))
         if pos != len(reply):
             return None
     except (struct.error, IndexError, ValueError):
         return None
+    runs = tuple(r for r in map(wire_run, sections) if r is not None) if flags & 0xF == NOERROR else ()
     return Parsed(flags & 0xF, bool(flags & 0x0200), an, tuple(offsets), min(ttls) if ttls else None,
-                  min(auth_ttls) if auth_ttls else None)
+                  min(auth_ttls) if auth_ttls else None, runs)
 
 
 def _skip_name(data: bytes, pos: int) -> int:
@@ -173,6 +180,7 @@ class ForwardCache:
             self._forget(old)
         entry = entries[key] = Entry(reply[2:12], tail, kind, now, ttl, offsets, type_, lifetime)
         entry.age = 0
+        entry.runs = tuple(Run(r.start - name_end, r.size, r.count) for r in parsed.runs)
         self.bytes += len(tail) + 10
         self.entries[type_] += 1
         self._bound()

@@ -13,13 +13,21 @@ answer, authority and additional alike:
 reply's order can differ from one query to the next (some section holds two addresses or two MX
 records), which is what keeps such a reply out of the engine's reply cache. netkit's cluster
 records have no MX; the rule is kept whole so the order of every section is CoreDNS's.
+
+Upstream replies are passed on as bytes, so they are shuffled in place: `wire_run(section)` finds
+the A (or AAAA) records of one section that can trade places without re-encoding — consecutive,
+one type, one owner written as the same compression pointer, so each is the same number of bytes
+and nothing can point into one — and `permute(data, runs, rng)` shuffles them. That is CoreDNS's
+order whenever the upstream already put CNAMEs and other types first (as resolvers do); MX records
+are left in place (other records point into their exchange names), and so is a section mixing A
+and AAAA records.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from netkit.dns.resolver import Rcode, Record, Reply, RType
 
@@ -43,6 +51,48 @@ def round_robin(records: Sequence[Record], rng: random.Random) -> tuple[Record, 
     rng.shuffle(addresses)
     rng.shuffle(mx)
     return (*cnames, *rest, *addresses, *mx)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """`count` records of `size` bytes each from offset `start`: they may come in any order."""
+
+    start: int
+    size: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class WireRecord:
+    start: int
+    owner: bytes  # the owner name as written (a pointer: 2 bytes)
+    rtype: int
+    end: int
+
+
+def wire_run(section: Sequence[WireRecord]) -> Run | None:
+    """The address records of one section of a reply that `permute` may shuffle, if any."""
+    picked = [i for i, r in enumerate(section) if r.rtype in ADDRESSES]
+    if len(picked) < 2 or picked[-1] - picked[0] != len(picked) - 1:
+        return None
+    first = section[picked[0]]
+    size = first.end - first.start
+    pointer = len(first.owner) == 2 and first.owner[0] & 0xC0 == 0xC0
+    same = all(section[i].rtype == first.rtype and section[i].owner == first.owner
+               and section[i].end - section[i].start == size for i in picked)
+    return Run(first.start, size, len(picked)) if pointer and same else None
+
+
+def permute(data: bytes | bytearray, runs: Sequence[Run], rng: random.Random, base: int = 0) -> bytes:
+    """`data` with the records of every run in a new random order (`base`: where `data` starts in
+    the reply the runs were found in)."""
+    out = bytearray(data)
+    for run in runs:
+        start = run.start - base
+        records = [bytes(out[start + i * run.size:start + (i + 1) * run.size]) for i in range(run.count)]
+        rng.shuffle(records)
+        out[start:start + run.size * run.count] = b"".join(records)
+    return bytes(out)
 
 
 def shuffle(reply: Reply, rng: random.Random) -> Reply:

@@ -38,8 +38,9 @@ from typing import Any
 
 from dnslib import DNSRecord
 
-from netkit.dns.cache import ForwardCache
+from netkit.dns.cache import Entry, ForwardCache, parse_reply
 from netkit.dns.engine import Engine, Upstream, cache_key
+from netkit.dns.loadbalance import permute
 from netkit.dns.metrics import rcode_label
 from netkit.dns.names import Name
 from netkit.dns.resolver import REFUSED, SERVFAIL, Rcode, Reply
@@ -179,6 +180,7 @@ class DnsServer:
         exact_get, remember = engine.udp_exact.get, engine.remember_exact
         forwarded, fwd_hit, fwd_exact, fwd_remember = cache.udp, cache.hit, cache.udp_exact, cache.remember_exact
         fwd_exact_get = fwd_exact.get
+        balance, rng = engine.options.loadbalance, engine.random
         hits: list[int] = []
         count = hits.append
         started = now = time.monotonic()
@@ -209,7 +211,10 @@ class DnsServer:
                             remember(rest, exact)
                         elif forwarded:
                             entry = fwd_hit(forwarded, key, now)
-                            if entry is not None:
+                            if entry is not None and balance and entry.runs:  # a new order each time
+                                exact = (entry.head + data[12:end] + permute(entry.tail, entry.runs, rng),
+                                         entry.kind)
+                            elif entry is not None:
                                 exact = (entry.head + data[12:end] + entry.tail, entry.kind)
                                 fwd_remember(rest, entry, exact[0])
             if exact is not None:
@@ -352,7 +357,14 @@ class DnsServer:
         entry = self.cache.hit(self.cache.tcp if tcp else self.cache.udp, cache_key(data, end), now)
         if entry is None:
             return None
-        return data[:2] + entry.head + data[12:end] + entry.tail, entry.kind
+        return data[:2] + entry.head + data[12:end] + self._tail(entry), entry.kind
+
+    def _tail(self, entry: Entry) -> bytes:
+        """A cached upstream reply's tail, its addresses shuffled with loadbalance (CoreDNS shuffles
+        every reply it writes, cached or not)."""
+        if self.engine.options.loadbalance and entry.runs:
+            return permute(entry.tail, entry.runs, self.engine.random)
+        return bytes(entry.tail)
 
     def _slow(self, data: bytes, tcp: bool) -> tuple[bytes | Upstream | None, Query | None]:
         try:
@@ -420,11 +432,15 @@ class DnsServer:
         if keyed:
             entry = self.cache.hit(entries, key, time.monotonic())
             if entry is not None:
-                return data[:2] + entry.head + data[12:end] + entry.tail, entry.type
+                return data[:2] + entry.head + data[12:end] + self._tail(entry), entry.type
         out = await self.router.forwarder_for(q.name).exchange(data, tcp)
         if keyed and isinstance(out, bytes):
             out = self.cache.put(key, out, end, tcp, time.monotonic(), len(data), self.engine.family,
                                  bool(q.edns is not None and q.edns.do))
+        if isinstance(out, bytes) and self.engine.options.loadbalance:
+            parsed = parse_reply(out)
+            if parsed is not None and parsed.runs:
+                out = permute(out, parsed.runs, self.engine.random)
         return out, ""
 
     async def _chase(self, q: Query, reply: Reply, limit: int, tcp: bool) -> bytes:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from dnslib import PTR, QTYPE, RR, SOA, A, DNSRecord
+from dnslib import CNAME, PTR, QTYPE, RR, SOA, A, DNSLabel, DNSRecord
 
 from netkit.dns.engine import Engine
 from netkit.dns.server import DnsServer
@@ -87,6 +87,7 @@ class TestUpstream:
     *.example.com A → 192.0.2.1 (and counts the queries); silent.example.com → no reply;
     slow.example.com A → 192.0.2.9 after `delay` seconds; big.example.com A → 60 records (TC over UDP
     without EDNS); flaky.example.com → SERVFAIL while `failing` is set, else as *.example.com;
+    pool.example.com A → 192.0.2.11-.16; alias.example.com A → CNAME pool.example.com and those;
     9.9.9.9 PTR → nine.example.com; other names → NXDOMAIN with an SOA (minimum 60).
     With `forward_to`, it forwards every query there instead (a loop); with `mute`, it answers nothing
     (a dead upstream that still counts what it receives). Listens on `host` (any 127.0.0.x).
@@ -139,6 +140,13 @@ class TestUpstream:
             if not tcp and len(packed) > 512:
                 r = q.reply()
                 r.header.tc = 1
+        elif name in ("pool.example.com.", "alias.example.com.") and q.q.qtype == QTYPE.A:
+            owner = q.q.qname
+            if name == "alias.example.com.":
+                owner = DNSLabel("pool.example.com.")
+                r.add_answer(RR(q.q.qname, QTYPE.CNAME, ttl=60, rdata=CNAME(owner)))
+            for i in range(11, 17):
+                r.add_answer(RR(owner, QTYPE.A, ttl=60, rdata=A(f"192.0.2.{i}")))
         elif name == "slow.example.com.":
             r.add_answer(RR(q.q.qname, QTYPE.A, ttl=60, rdata=A("192.0.2.9")))
         elif name.endswith("example.com.") and q.q.qtype == QTYPE.A:

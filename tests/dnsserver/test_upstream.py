@@ -9,6 +9,7 @@ import dns.flags
 import dns.message
 import dns.query
 import dns.rcode
+import dns.rdatatype
 
 from netkit.dns.upstream import Address, from_resolv_conf, is_self, parse_address
 from tests.dnsserver.conftest import Running, TestUpstream, free_port
@@ -138,3 +139,28 @@ def test_is_self_and_address_parsing() -> None:
     assert parse_address("10.0.0.1:54") == Address("10.0.0.1", 54)
     assert from_resolv_conf("search x\nnameserver 127.0.0.53\nnameserver fe80::1%eth0\noptions ndots:5\n") == [
         Address("127.0.0.53"), Address("fe80::1")]
+
+
+def _orders(r: Running, name: str, tcp: bool, n: int = 12) -> list[tuple[str, ...]]:
+    """The answer's records in order, `TYPE DATA` each."""
+    return [tuple(f"{dns.rdatatype.to_text(rrset.rdtype)} {rr.to_text()}" for rrset in ask(r, name, "A", tcp).answer
+                  for rr in rrset) for _ in range(n)]
+
+
+def test_loadbalance_shuffles_forwarded_answers_fresh_and_cached(start_server: Start, upstream: TestUpstream) -> None:
+    """CoreDNS's loadbalance wraps forward and cache: every forwarded answer, cached or not, in a new
+    order; a CNAME stays first. With loadbalance off, the upstream's order."""
+    pool = {f"192.0.2.{i}" for i in range(11, 17)}
+    for balance in (True, False):
+        r = start_server(view(loadbalance=balance), [upstream.address])
+        for tcp in (False, True):
+            for name in ("pool.example.com.", "alias.example.com."):
+                got = _orders(r, name, tcp)
+                cname = name == "alias.example.com."
+                assert all(g[0].startswith("CNAME") == cname for g in got)
+                assert {frozenset(a.split()[-1] for a in g[cname:]) for g in got} == {frozenset(pool)}
+                assert (len(set(got)) > 1) == balance, (name, tcp, balance)  # 12 equal of 6!: p = 720^-11
+    assert upstream.count("pool.example.com.") == 4  # once per server and transport: the rest from the cache
+    r = start_server(view(), [upstream.address])
+    r.lt.run(lambda: setattr(r.server.cache, "capacity", 0))  # no cache: each answer straight from upstream
+    assert len(set(_orders(r, "pool.example.com.", False))) > 1

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from ipaddress import ip_address
 
 import dns.message
+import dns.rdatatype
 import pytest
 
 from netkit.dns.engine import Engine
-from netkit.dns.loadbalance import MX, changes, round_robin, shuffle
+from netkit.dns.loadbalance import Run, WireRecord, changes, permute, round_robin, shuffle, wire_run
 from netkit.dns.names import name_from_text
 from netkit.dns.resolver import Rcode, Record, Reply, RType
 from netkit.dns.view import Options, build
@@ -42,7 +43,7 @@ def counts(records: Sequence[Record]) -> tuple[int, int, int, bool]:
     """CoreDNS's countRecords: (CNAMEs, A/AAAAs, MXs, whether the groups come in that order)."""
     state, ordered, n = START, True, {CNAMES: 0, ADDRESSES: 0, MXES: 0}
     for r in records:
-        group = {RType.CNAME: CNAMES, RType.A: ADDRESSES, RType.AAAA: ADDRESSES, MX: MXES}.get(r.rtype, ANY)
+        group = {RType.CNAME: CNAMES, RType.A: ADDRESSES, RType.AAAA: ADDRESSES, RType.MX: MXES}.get(r.rtype, ANY)
         if group != ANY:
             ordered = ordered and state <= group
             n[group] += 1
@@ -106,3 +107,65 @@ def test_the_engine_shuffles_a_headless_srv_answers_additional_section() -> None
         orders[balance] = len(set(got))
         assert not e.tcp_cache if balance else e.tcp_cache  # a reply in a new order each time is never cached
     assert orders[False] == 1 and orders[True] > 1  # 12 equal shuffles of 6: p = (1/720)^11
+
+
+# --- upstream replies, shuffled as bytes -----------------------------------------------------------
+
+def upstream(records: list[tuple[str, str, str]], rcode: int = 0) -> bytes:
+    """A reply to `pool.example.com. A` as dnslib packs it (owners compressed to pointers)."""
+    from dnslib import AAAA as DAAAA
+    from dnslib import CNAME as DCNAME
+    from dnslib import MX as DMX
+    from dnslib import QTYPE, RR, DNSRecord
+    from dnslib import A as DA
+
+    q = DNSRecord.question("pool.example.com", "A")
+    r = q.reply()
+    r.header.rcode = rcode
+    make = {"A": DA, "AAAA": DAAAA, "CNAME": DCNAME, "MX": DMX}
+    for owner, kind, data in records:
+        r.add_answer(RR(owner, getattr(QTYPE, kind), ttl=60, rdata=make[kind](data)))
+    return bytes(r.pack())
+
+
+def answers(wire: bytes) -> list[str]:
+    return [f"{rrset.name} {dns.rdatatype.to_text(rrset.rdtype)} {rr}"
+            for rrset in dns.message.from_wire(wire).answer for rr in rrset]
+
+
+POOL = [("pool.example.com", "A", f"192.0.2.{i}") for i in range(1, 7)]
+
+
+@pytest.mark.parametrize(("records", "shuffled"), [
+    (POOL, True),
+    ([("pool.example.com", "CNAME", "real.example.net"), *[("real.example.net", "A", a) for _, _, a in POOL]], True),
+    ([("pool.example.com", "AAAA", f"2001:db8::{i}") for i in range(1, 4)], True),
+    ([("pool.example.com", "MX", "mx1.example.com"), ("pool.example.com", "MX", "mx2.example.com")], False),
+    ([POOL[0], ("pool.example.com", "AAAA", "2001:db8::1"), POOL[1]], False),  # mixed A/AAAA: left as is
+    ([POOL[0], ("pool.example.com", "MX", "mx1.example.com"), POOL[1]], False),  # not consecutive
+    (POOL[:1], False),
+])
+def test_upstream_addresses_are_shuffled_in_place(records: list[tuple[str, str, str]], shuffled: bool) -> None:
+    from netkit.dns.cache import parse_reply
+
+    wire = upstream(records)
+    parsed = parse_reply(wire)
+    assert parsed is not None and bool(parsed.runs) == shuffled
+    rng = random.Random(5)
+    outs = {tuple(answers(permute(wire, parsed.runs, rng))) for _ in range(20)}
+    assert {frozenset(o) for o in outs} == {frozenset(answers(wire))}  # the same records, still valid DNS
+    assert (len(outs) > 1) == shuffled
+    assert all(o[0] == answers(wire)[0] for o in outs) or records[0][1] != "CNAME"  # a CNAME stays first
+
+
+def test_only_noerror_upstream_replies_and_pointer_owners_are_shuffled() -> None:
+    from netkit.dns.cache import parse_reply
+
+    parsed = parse_reply(upstream(POOL, rcode=3))
+    assert parsed is not None and parsed.runs == ()
+    literal = [WireRecord(12 + 20 * i, b"\x04pool", 1, 32 + 20 * i) for i in range(3)]
+    assert wire_run(literal) is None  # an owner written out could be pointed at: never moved
+    pointers = [WireRecord(40 + 16 * i, b"\xc0\x0c", 1, 56 + 16 * i) for i in range(3)]
+    assert wire_run(pointers) == Run(40, 16, 3)
+    other_owner = [*pointers[:2], WireRecord(72, b"\xc0\x20", 1, 88)]
+    assert wire_run(other_owner) is None
