@@ -9,7 +9,8 @@ otherwise; the other sections get `0s`) and masqueradeAll in `nftables:` or `ipt
 encoder writes them. Here:
 
 - every leaf of `KPC_FIELDS` is written: from the `Config` when netkit acts on it, else the value
-  the file gave (`Config.kept`), else kube-proxy's default (the table's default column);
+  the file or a flag gave (`Config.kept`), else — also for a zero value there, which kube-proxy
+  defaults — kube-proxy's default (the table's default column);
 - what is written is what netkit does, so `load_kube_proxy_configuration(dump(cfg))` gives the same
   configuration back (tests/unit/test_config_encode.py): `iptables.localhostNodePorts` is written
   `false` unless on (netkit's default), `logging.format` `json` when none was chosen (netkit's
@@ -129,9 +130,18 @@ def encode_kube_proxy_configuration(cfg: Config, hostname_override: str = "") ->
     for spec in KPC_FIELDS:
         if spec.kind is Kind.OBJECT:
             continue
-        value = values[spec.path] if spec.path in values else kept.get(spec.path, default_value(spec))
+        if spec.path in values:
+            value = values[spec.path]
+        elif spec.path in kept and not _zero(kept[spec.path]):
+            value = kept[spec.path]
+        else:  # kube-proxy defaults a zero value before writing (kubeadm's `configSyncPeriod: 0s`)
+            value = default_value(spec)
         _put(doc, spec.path, value)
     return doc
+
+
+def _zero(value: Any) -> bool:
+    return value is None or (not isinstance(value, (dict, list)) and value in (0, "", "0s", "0"))
 
 
 def _put(doc: dict[str, Any], path: str, value: Any) -> None:

@@ -123,6 +123,8 @@ def test_a_files_values_are_written_back_and_flags_override_them(tmp_path: Path)
     assert fields["oomScoreAdj"] == -10
     assert fields["clientConnection.kubeconfig"] == "/var/lib/kube-proxy/kubeconfig.conf"
     assert fields["clusterCIDR"] == "10.244.0.0/16" and fields["iptables.syncPeriod"] == "30s"
+    assert fields["logging.flushFrequency"] == "5s"  # kubeadm's 0, defaulted as kube-proxy does
+    assert fields["logging.options"] == {"json": {"infoBufferSize": "0"}, "text": {"infoBufferSize": "0"}}
     back = load_kube_proxy_configuration(text, "w")
     assert same(back) == same(cfg)
     reported = {w.split(": ")[2] for w in back.warnings}  # still said, as for the flags that set them
@@ -150,3 +152,16 @@ def test_a_bad_flag_writes_nothing_and_an_unwritable_path_is_one_error_line(tmp_
     assert proc.returncode == 2
     assert proc.stderr.splitlines()[-1] == (f"netkit: error: --write-config-to: {nowhere}: cannot write: "
                                             "No such file or directory")
+
+
+def test_kubeadms_zero_values_are_written_as_kube_proxys_defaults(tmp_path: Path) -> None:
+    conf = tmp_path / "config.conf"
+    conf.write_text(kubeadm_config_conf())
+    cfg, text = written(f"--config={conf}")
+    fields = flat(yaml.safe_load(text))
+    for path in ("configSyncPeriod", "clientConnection.qps", "clientConnection.burst", "iptables.masqueradeBit",
+                 "iptables.syncPeriod", "iptables.minSyncPeriod", "conntrack.maxPerCore", "conntrack.min",
+                 "conntrack.tcpEstablishedTimeout", "healthzBindAddress", "metricsBindAddress", "mode",
+                 "detectLocalMode", "oomScoreAdj", "clientConnection.contentType", "ipvs.scheduler"):
+        assert fields[path] == KUBE_PROXY_WRITES[path], path
+    assert same(load_kube_proxy_configuration(text, "w")) == same(cfg)
