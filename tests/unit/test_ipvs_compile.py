@@ -189,3 +189,13 @@ def test_real_servers_come_in_the_kernel_dump_order() -> None:
     """The compiler keeps the model's endpoint order; a dump sorts real servers: they must agree."""
     r = compile(build(load([str(EXAMPLES)]).objects, "node-a"), CFG, V4)
     assert all(vs.reals == tuple(sorted(vs.reals)) for vs in r.services)
+
+
+def test_a_host_sized_source_range_is_spelt_as_ipset_prints_it() -> None:
+    """`ipset save` (and the dump) print a /32 or /128 range of a hash:…,net set without its prefix:
+    spelt otherwise, every full sync would plan to add an entry the kernel already has."""
+    port = sp("lb", "10.96.0.12", 80, ("10.244.1.11",), lb_ips=("198.51.100.100",),
+              source_ranges=("203.0.113.7/32", "203.0.113.0/28"))
+    text = render(compile(state(port), CFG, V4))
+    assert "add KUBE-LOAD-BALANCER-SOURCE-CIDR 198.51.100.100,tcp:80,203.0.113.7\n" in text
+    assert "add KUBE-LOAD-BALANCER-SOURCE-CIDR 198.51.100.100,tcp:80,203.0.113.0/28\n" in text

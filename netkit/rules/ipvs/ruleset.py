@@ -165,6 +165,8 @@ class Entries(AbstractSet[str]):
         if isinstance(other, Entries):
             return self._len == other._len and all(a is b or a == b for a, b in zip(self._chunks, other._chunks,
                                                                                     strict=True))
+        if isinstance(other, (set, frozenset)):  # a dump's: chunk by chunk in C, not entry by entry
+            return self._len == len(other) and all(map(other.issuperset, self._chunks))
         return AbstractSet.__eq__(self, other)
 
     def __hash__(self) -> int:
