@@ -16,6 +16,7 @@ import pytest
 
 from netkit.rules.nftables import netlink as nl
 from netkit.rules.nftables.plan import Transaction
+from netkit.rules.nftables.rule import Value
 from netkit.rules.nftables.ruleset import Chain, Element, Hook, NamedSet, Ruleset
 
 SETS = (NamedSet("endpoints-tcp-00", ("integer",), "ipv4_addr . inet_service"),
@@ -200,7 +201,8 @@ def test_many_elements_are_split_across_messages() -> None:
 UNSUPPORTED = {
     "a whole table": Transaction("ip", create=Ruleset.of("ip", [], [])),
     "a new set": tx(add_sets=(NamedSet("x", ("ipv4_addr",)),)),
-    "an anonymous set": rule("ip saddr != { 1.2.3.0/24, 5.6.7.0/24 } drop"),
+    "an anonymous set up to the last address": rule("ip saddr != { 1.2.3.0/24, 255.0.0.0/8 } drop"),
+    "an anonymous set of destinations": rule("ip daddr != { 1.2.3.0/24, 5.6.7.0/24 } drop"),
     "a prefix not on a byte boundary": rule("ip saddr 10.240.0.0/12 goto svc-a"),
     "a base chain": tx(add_chains=(Chain("c", (), Hook("nat", "prerouting", -100)),)),
     "masquerade": rule("masquerade fully-random"),
@@ -222,6 +224,32 @@ def test_a_batch_too_big_for_one_send_is_not_encoded() -> None:
     many = tuple(("hairpin", Element(f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255} . 10.0.0.1")) for i in range(6000))
     with pytest.raises(nl.Unsupported, match="bytes"):
         nl.encode(tx(add_elements=many), 1)
+
+
+ANONYMOUS = [  # nft's three messages for one rule with an anonymous interval set (set id 1)
+    "02000000060001006e0000000c0002005f5f73657425640008000300000000070800040000000007080005000000000408000a0000"
+    "0000010c000980080001000000000526000d000004020000000204010000000314000407000000010c00040c00000001040b00000000"
+    "00",
+    "02000000060001006e0000000c0002005f5f73657425640008000400000000016c0003801800018008000300000000010c00018008"
+    "00010000000000100002800c00018008000100010203001800038008000300000000010c0001800800010001020400100004800c00"
+    "018008000100050607081800058008000300000000010c0001800800010005060709",
+    "02000000060001006e0000000a0002007376632d61000000a0000480340001800c0001007061796c6f61640024000280080001000000"
+    "00010800020000000001080003000000000c0800040000000004380001800b0001006c6f6f6b757000002800028008000200000000010c"
+    "0001005f5f73657425640008000400000000010800050000000001300001800e000100696d6d6564696174650000001c000280080001"
+    "0000000000100002800c0002800800010000000000",
+]
+
+
+def test_an_anonymous_interval_set_is_created_before_its_rule_as_nft_does() -> None:
+    got = messages(nl.encode(rule("ip saddr != { 1.2.3.0/24, 5.6.7.8 } drop"), 1).data)[1:-1]
+    assert [k & 0xFF for k, _, _, _ in got] == [9, 12, 6]  # NEWSET, NEWSETELEM, NEWRULE
+    assert [body.hex() for _, _, _, body in got] == ANONYMOUS
+
+
+def test_touching_ranges_are_merged_and_a_range_from_zero_has_no_leading_end() -> None:
+    ranges = nl.intervals([Value("0.0.0.0/8"), Value("1.0.0.0/8"), Value("5.6.7.8")], 32)
+    assert ranges == [(0, 0x01FFFFFF), (0x05060708, 0x05060708)]
+    assert len(nl.interval_elements(ranges, 32)) == 4  # start, end, start, end
 
 
 def _error(seq: int, code: int) -> bytes:

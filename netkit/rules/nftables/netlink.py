@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from netkit.rules.nftables.plan import Transaction, _early_sets
 from netkit.rules.nftables.rule import (
+    AnonSet,
     Dnat,
     Fib,
     MapLookup,
@@ -61,7 +62,7 @@ from netkit.rules.nftables.ruleset import NamedSet, SetElement
 NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
 NFNL_BATCH_GENID = 1
-NFT_MSG = {"NEWCHAIN": 3, "DELCHAIN": 5, "NEWRULE": 6, "DELRULE": 8, "DELSET": 11,
+NFT_MSG = {"NEWCHAIN": 3, "DELCHAIN": 5, "NEWRULE": 6, "DELRULE": 8, "NEWSET": 9, "DELSET": 11,
            "NEWSETELEM": 12, "DELSETELEM": 14}
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE, NLM_F_APPEND = 0x1, 0x4, 0x400, 0x800
 NLA_F_NESTED = 0x8000
@@ -207,7 +208,13 @@ def element(kind: SetType, key: str, value: str | None, *, keys_only: bool) -> b
         if value is not None and kind.value is not None:
             inner = verdict(value) if kind.value == ("verdict",) else data(concat(kind.value, value))
             body += nest(NFTA_SET_ELEM_DATA, inner)
-    return nest(NFTA_LIST_ELEM, body)
+    return body
+
+
+def element_list(bodies: Sequence[bytes]) -> bytes:
+    """NFTA_SET_ELEM_LIST_ELEMENTS; libnftnl numbers the list's entries 1, 2, … (the kernel reads
+    any type there), and so does this, to send nft's bytes."""
+    return nest(NFTA_SET_ELEM_LIST_ELEMENTS, *(nest(i, b) for i, b in enumerate(bodies, 1)))
 
 
 def element_bodies(table: str, elements: Iterable[SetElement], types: dict[str, SetType],
@@ -221,8 +228,7 @@ def element_bodies(table: str, elements: Iterable[SetElement], types: dict[str, 
     for name, items in by_set.items():
         for i in range(0, len(items), MAX_ELEMENTS_PER_MESSAGE):
             chunk = items[i:i + MAX_ELEMENTS_PER_MESSAGE]
-            yield (strz(TABLE, table) + strz(NAME, name)
-                   + nest(NFTA_SET_ELEM_LIST_ELEMENTS, *chunk))
+            yield strz(TABLE, table) + strz(NAME, name) + element_list(chunk)
 
 
 # ── rules ───────────────────────────────────────────────────────────────────────────────────────
@@ -244,8 +250,13 @@ def cmp(op: str, value: bytes) -> bytes:
     return expression("cmp", be32(1, REG_1), be32(2, 0 if op == "==" else 1), nest(3, data(value)))
 
 
-def match(m: Match, family: str) -> bytes:
+def match(m: Match, anon: AnonSets | None) -> bytes:
     left, right = m.left, m.right
+    if isinstance(right, AnonSet) and isinstance(left, Payload) and m.op == "!=" and anon is not None:
+        load, _ = payload_load(left)
+        set_id = anon.add(left, right)
+        return load + expression("lookup", be32(2, REG_1), strz(1, ANON_NAME), be32(4, set_id),
+                                 be32(5, NFT_LOOKUP_F_INV))
     if isinstance(right, SetRef) and isinstance(left, Payload):
         load, _ = payload_load(left)
         flags = be32(5, NFT_LOOKUP_F_INV) if m.op == "!=" else b""
@@ -321,9 +332,9 @@ def dnat(d: Dnat, family: str) -> bytes:
                          be32(7, NF_NAT_RANGE_PROTO_SPECIFIED)))
 
 
-def statement(s: Statement, family: str) -> bytes:
+def statement(s: Statement, family: str, anon: AnonSets | None) -> bytes:
     if isinstance(s, Match):
-        return match(s, family)
+        return match(s, anon)
     if isinstance(s, Verdict) and s.verb in VERDICTS:
         return immediate(REG_VERDICT, verdict(f"{s.verb} {s.target}" if s.target else s.verb))
     if isinstance(s, Dnat):
@@ -334,13 +345,96 @@ def statement(s: Statement, family: str) -> bytes:
     raise Unsupported(f"statement {s}")
 
 
-def rule_expressions(text: str, family: str) -> bytes:
-    """NFTA_RULE_EXPRESSIONS of one rule in netkit's canonical spelling."""
+def rule_expressions(text: str, family: str, anon: AnonSets | None = None) -> bytes:
+    """NFTA_RULE_EXPRESSIONS of one rule in netkit's canonical spelling; the anonymous sets it
+    needs are added to `anon` (without it, such a rule is Unsupported)."""
     try:
         parsed = read(text)
     except NotUnderstood as exc:
         raise Unsupported(f"rule {text!r}: {exc}") from exc
-    return nest(NFTA_RULE_EXPRESSIONS, *(statement(s, family) for s in parsed.statements))
+    return nest(NFTA_RULE_EXPRESSIONS, *(statement(s, family, anon) for s in parsed.statements))
+
+
+# ── anonymous interval sets (`ip saddr != { a/n, b/m } drop` of fw- chains) ────────────────────
+
+ANON_NAME = "__set%d"  # the kernel names it __setN; the rule finds it by NFTA_SET_ID in the batch
+NFT_SET_ANONYMOUS, NFT_SET_CONSTANT, NFT_SET_INTERVAL = 1, 2, 4
+NFT_SET_ELEM_INTERVAL_END = 1
+KEY_TYPES = {"ip": (7, 32), "ip6": (8, 128)}  # nft's datatype ids of ipv4_addr / ipv6_addr, key bits
+# NFTA_SET_USERDATA as nft 1.0.6 writes it for `ip saddr` / `ip6 saddr` (byte order big-endian,
+# merge adjacent elements, typeof payload ip/ip6 saddr): read back by nft to list the set.
+ANON_USERDATA = {
+    "ip": bytes.fromhex("0004020000000204010000000314000407000000010c00040c00000001040b000000"),
+    "ip6": bytes.fromhex("0004020000000204010000000314000407000000010c00040d000000010408000000"),
+}
+
+
+def intervals(items: Iterable[Value], bits: int) -> list[tuple[int, int]]:
+    """The items (addresses, prefixes, `a-b` ranges) as sorted inclusive ranges, touching ones merged
+    (nft merges them too: the kernel holds the merged ranges)."""
+    ranges: list[tuple[int, int]] = []
+    for item in items:
+        try:
+            if "-" in item.text:
+                lo, hi = (int(ipaddress.ip_address(x)) for x in item.text.split("-"))
+            else:
+                net = ipaddress.ip_network(item.text, strict=True)
+                lo, hi = int(net.network_address), int(net.broadcast_address)
+        except ValueError as exc:
+            raise Unsupported(f"set item {item}") from exc
+        ranges.append((lo, hi))
+    merged: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    if merged and merged[-1][1] == (1 << bits) - 1:
+        raise Unsupported("a range to the last address")  # nft marks it open-ended in element userdata
+    return merged
+
+
+def interval_elements(ranges: list[tuple[int, int]], bits: int) -> list[bytes]:
+    """As nft sends them: an end at 0 unless a range starts there, then each range's start and the
+    end one past it."""
+    def key(n: int) -> bytes:
+        return nest(NFTA_SET_ELEM_KEY, data(n.to_bytes(bits // 8, "big")))
+
+    def end(n: int) -> bytes:
+        return be32(3, NFT_SET_ELEM_INTERVAL_END) + key(n)
+
+    out = [] if ranges and ranges[0][0] == 0 else [end(0)]
+    for lo, hi in ranges:
+        out += [key(lo), end(hi + 1)]
+    return out
+
+
+class AnonSets:
+    """The anonymous sets the rules of one batch bind, numbered by NFTA_SET_ID as they come."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self._next_id = 1
+        self._pending: list[tuple[str, str, int, bytes]] = []
+
+    def add(self, p: Payload, items: AnonSet) -> int:
+        if p.field != "saddr" or p.protocol not in ANON_USERDATA:
+            raise Unsupported(f"anonymous set of {p}")
+        kind, bits = KEY_TYPES[p.protocol]
+        elements = interval_elements(intervals(items.items, bits), bits)
+        set_id, self._next_id = self._next_id, self._next_id + 1
+        head = strz(TABLE, self.table) + strz(NAME, ANON_NAME)
+        definition = (head + be32(3, NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_INTERVAL) + be32(4, kind)
+                      + be32(5, bits // 8) + be32(10, set_id) + nest(9, be32(1, len(elements)))
+                      + attr(13, ANON_USERDATA[p.protocol]))
+        self._pending += [(f"anonymous set {items}", "NEWSET", NLM_F_CREATE, definition),
+                          (f"elements of anonymous set {items}", "NEWSETELEM", NLM_F_CREATE,
+                           head + be32(4, set_id) + element_list(elements))]
+        return set_id
+
+    def take(self) -> list[tuple[str, str, int, bytes]]:
+        pending, self._pending = self._pending, []
+        return pending
 
 
 # ── the batch ───────────────────────────────────────────────────────────────────────────────────
@@ -381,9 +475,11 @@ def operations(tx: Transaction, types: dict[str, SetType]) -> Iterator[tuple[str
     for s in tx.add_sets:
         if s.name not in early:
             raise Unsupported(f"add set {s.name}")
+    anon = AnonSets(t)
     for ch in tx.rules:
         for r in ch.rules:
-            body = table + strz(2, ch.name) + rule_expressions(r, tx.family)
+            body = table + strz(2, ch.name) + rule_expressions(r, tx.family, anon)
+            yield from anon.take()  # its anonymous set first, then the rule that binds it
             yield f"add rule {ch.name} {r}", "NEWRULE", NLM_F_CREATE | NLM_F_APPEND, body
     for body in element_bodies(t, tx.add_elements, types, keys_only=False):
         yield "add element", "NEWSETELEM", NLM_F_CREATE, body
