@@ -263,3 +263,12 @@ def test_replies_name_what_failed() -> None:
     assert failures == ["delete chain svc-z: No such file or directory (ENOENT)"]
     _, moved = nl.errors(_error(10, errno.ERESTART), batch)
     assert moved and "generation moved" in moved[0]
+
+
+def test_a_socket_that_cannot_be_opened_sends_nothing_and_says_so() -> None:
+    """Unsupported, not an error: nothing reached the kernel, so the script may go instead."""
+    def unavailable() -> socket.socket:
+        raise PermissionError(1, "Operation not permitted")
+
+    with pytest.raises(nl.Unsupported, match="netlink socket"):
+        nl.Writer(unavailable).send(tx(flush_chains=("svc-a",)), 1)

@@ -18,15 +18,21 @@ as an nft script instead; a transaction goes all by one path, never split):
   `delete set`;
 - the rules of service chains as compile.py writes them (svc-/local-/ext-/fw- and affinity), read
   with rule.py and encoded as the expressions `nft --debug=netlink` prints for them: payload, cmp
-  (a byte-aligned prefix compares its leading bytes), meta, fib, numgen, lookup (named sets only),
-  dynset `update`, immediate, nat. Anonymous sets, bitwise, ct, masquerade, vmap, `meta mark set`,
-  reject and base chains are not (fixed chains, rewritten only when the configuration changes).
+  (a byte-aligned prefix compares its leading bytes), meta, fib, numgen, lookup, dynset `update`,
+  immediate, nat, and the anonymous interval set of a fw- rule with several source ranges (created
+  in the batch before its rule, found by NFTA_SET_ID). Not encoded: bitwise, ct, masquerade, vmap,
+  `meta mark set`, reject and base chains (fixed chains, rewritten when the configuration
+  changes), new named sets (their `typeof` lives in nft's userdata), whole tables.
+
+The bytes are nft 1.0.6's (libnftnl 1.2.4) for the same commands, attribute for attribute, but for
+the NFTA_*_SET_ID attributes nft adds from its cache (tests/unit/test_nft_netlink.py).
 
 The batch starts with NFNL_MSG_BATCH_BEGIN carrying NFNL_BATCH_GENID: the kernel refuses it
 (ERESTART) unless the namespace's generation is still the one read just before (generation.py),
 and refuses all of it when any message fails; either way nothing is changed. Every message asks
 for an acknowledgement; the kernel handles a batch inside sendmsg, so the replies are queued when
-the send returns. Everything but `send_batch` is pure; kernel.py opens the socket and calls it.
+the send returns. Everything but `Writer` (which keeps the socket) is pure. A socket that cannot
+be opened or written sends nothing: that is Unsupported too, and the script goes instead.
 """
 
 from __future__ import annotations
@@ -560,9 +566,15 @@ class Writer:
         """Encode `tx` (Unsupported: nothing was sent) and send it; Refused or OSError when not done."""
         batch = encode(tx, genid, self._seq)
         self._seq = (self._seq + batch.messages + 2) % (1 << 31) or 1
-        sock = self._socket()
         try:
-            send_batch(sock, batch)
+            sock = self._socket()
+            drain(sock)
+            sock.send(batch.data)  # the batch is delivered whole or not at all
+        except OSError as exc:
+            self.close()
+            raise Unsupported(f"netlink socket: {exc}") from exc  # nothing was sent: a script may go
+        try:
+            acknowledged(sock, batch)
         except OSError:
             self.close()
             raise
@@ -587,10 +599,8 @@ class Writer:
             self._sock = None
 
 
-def send_batch(sock: socket.socket, batch: Batch) -> None:
-    """Send `batch` and read its acknowledgements; Refused (with the kernel's reasons) when it was
-    refused, which changed nothing. The kernel runs a batch inside send(), so the answer is queued
-    when it returns; replies to an earlier batch (after its first error) are drained first."""
+def drain(sock: socket.socket) -> None:
+    """Drop replies still queued from an earlier batch (those after its first error)."""
     timeout = sock.gettimeout()
     sock.setblocking(False)
     try:
@@ -600,7 +610,12 @@ def send_batch(sock: socket.socket, batch: Batch) -> None:
         pass
     finally:
         sock.settimeout(timeout)
-    sock.send(batch.data)
+
+
+def acknowledged(sock: socket.socket, batch: Batch) -> None:
+    """Read the batch's acknowledgements; Refused (with the kernel's reasons) when it was refused,
+    which changed nothing. The kernel runs a batch inside send(), so the answer is queued when
+    send returns; the socket's timeout is a safety net."""
     acked: set[int] = set()
     failures: list[str] = []
     while not failures and len(acked) < batch.messages:
