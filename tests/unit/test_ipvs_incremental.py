@@ -186,3 +186,18 @@ def test_entries_behave_as_the_frozenset_they_stand_for(start: frozenset[str], c
     assert all(x in after for x in want) and not any(x in after for x in went - came)
     assert e == start  # changed() made a new one
     assert (e | came) == start | came and (e - went) == start - went
+
+
+@pytest.mark.parametrize("tell", [False, True])
+@pytest.mark.parametrize("changing", [0, 1])
+def test_a_virtual_server_two_services_claim_follows_the_winner(changing: int, tell: bool) -> None:
+    """Two services share an external IP and port: one virtual server, claimed by both. Whichever one
+    changes, and whether the compiler walks every port or follows NodeState.changes (the claimant
+    removed, then added back), it crowns the one a fresh compile does."""
+    steps = [[(2, 5), (2, 5), (1, 0)]]
+    for count in (3, 1, 2):
+        steps.append([*steps[-1]])
+        steps[-1][changing] = (count, 5)
+    compiler = Compiler(CFG, V4)
+    for st_ in states(steps, {}, tell):
+        assert compiler.compile(st_) == compile(st_, CFG, V4)

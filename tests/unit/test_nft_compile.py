@@ -253,3 +253,21 @@ def test_summarize_reads_endpoints_back() -> None:
 def test_node_ip_for_unrelated_family_is_ignored() -> None:
     assert ip_address("2001:db8:2::10") in state_of().node.ips
     assert "nodeport-ips" not in ipv4().set_map()
+
+
+@pytest.mark.xfail(strict=True, reason="open bug: two Services sharing an external IP and port give two "
+                   "service-ips elements with one key, which nft refuses (File exists), so every sync fails")
+def test_two_services_sharing_an_external_ip_and_port_give_one_map_key() -> None:
+    """Kubernetes accepts two Services with the same externalIP:port (kubernetes#69599); iptables and
+    IPVS modes let one of them win. nftables mode must not write a table the kernel refuses: `nft -f`
+    of a transaction adding both `198.51.100.7 . tcp . 80 : goto ...` elements fails with File exists
+    (nft 1.0.6), and so would every later sync. (The fake kernel accepts both within one transaction.)"""
+    from netkit.model import build
+    from tests.factories import endpoint, node, objects, service, slice_
+
+    docs = [d for i in range(2) for d in (service(f"s{i}", ip=f"10.96.0.{i + 1}", externalIPs=["198.51.100.7"]),
+                                          slice_(f"s{i}", endpoints=[endpoint(f"10.244.0.{i + 1}")]))]
+    desired = compile(build(objects(node(), *docs), "node-a"), CONFIG, IPFamily.IPV4)
+    keys = [e.key for s in desired.sets if s.name == "service-ips" for e in s.elements]
+    assert "198.51.100.7 . tcp . 80" in keys
+    assert len(keys) == len(set(keys)), sorted(keys)
