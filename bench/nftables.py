@@ -6,7 +6,8 @@
    libnftables transport) against kube-proxy's nftables layout (a chain per service and per
    endpoint, `numgen … vmap` to endpoint chains), generated here for comparison. Target ≥ 10×.
 2. One endpoint removed from one service through netkit's planner: plan + render + apply into the
-   loaded table, both transports (target ≤ 150 ms including the kernel); the full-state compile
+   loaded table, by `nft -f`, libnftables and netlink.py's own batch (the daemon's path; target
+   ≤ 150 ms including the kernel); the full-state compile
    that precedes it in a sync is reported separately; and the same change in kube-proxy's layout.
 3. First-packet latency: sequential TCP connects from the node namespace to the first and to the
    last service's ClusterIP (interleaved, so drift hits both), medians compared. Target: last
@@ -308,15 +309,20 @@ def main() -> None:
     after, t_compile2 = timed(lambda: compile(changed, CONFIG, IPFamily.IPV4))
     with namespace("nkchg") as ns, backend(ns):
         results: dict[str, float] = {}
-        for transport in ("cli", "lib"):
+        for transport in ("cli", "lib", "auto"):  # "auto": netlink.py's batch (the daemon's path)
             k = NftKernel("ip", ns, transport=transport)
             k.cleanup()
             k.apply(plan(None, desired))
+            if transport == "auto":  # open its socket first, as cleanup() made the others' context
+                k.apply(plan(desired, after))
+                k.apply(plan(after, desired))
             tx, t_plan = timed(lambda: plan(desired, after))
             text = render_transaction(tx)
             _, t_apply = timed(partial(k.apply, tx))
             results[transport] = t_plan + t_apply
-            print(f"one endpoint change ({transport}): plan {t_plan * 1000:.0f} ms + apply {t_apply * 1000:.0f} ms "
+            assert transport != "auto" or k.netlink_batches, "the change went by netlink"
+            label = "netlink" if transport == "auto" else transport
+            print(f"one endpoint change ({label}): plan {t_plan * 1000:.0f} ms + apply {t_apply * 1000:.0f} ms "
                   f"= {(t_plan + t_apply) * 1000:.0f} ms ({len(text)} bytes; full compile before it "
                   f"{t_compile2:.2f} s)")
             k.apply(plan(after, desired))
@@ -333,7 +339,8 @@ def main() -> None:
         print(f"RATIO last / first service median latency: {med[last] / med[first]:.3f} (target ≤ 1.10)")
     faster = min(loads, key=lambda t: loads[t])
     print(f"transports: full load cli {loads['cli']:.2f} s vs lib {loads['lib']:.2f} s; "
-          f"change cli {results['cli'] * 1000:.0f} ms vs lib {results['lib'] * 1000:.0f} ms → faster: {faster}")
+          f"change cli {results['cli'] * 1000:.0f} ms vs lib {results['lib'] * 1000:.0f} ms vs netlink "
+          f"{results['auto'] * 1000:.0f} ms → faster full load: {faster}")
 
 
 if __name__ == "__main__":
