@@ -334,13 +334,12 @@ def _elements(name: str, is_map: bool, listed: Iterable[str]) -> list[Element]:
             continue
         if shape.fullmatch(line) is None:
             raise Unrecognised(f"set {name}: elements {line[:200]!r}")
-        items = line.rstrip(",").split(", ")
-        if is_map:
-            found.extend([Element(k, v) for k, _, v in map(_colon, items)])
+        if is_map:  # `k : v, k : v`: keys and values alternate (neither holds ", " or " : ")
+            words = _MAP_SEPARATORS.split(line.rstrip(","))
+            found.extend(map(Element, words[0::2], words[1::2]))
         else:
-            found.extend(map(Element, items))
+            found.extend(map(Element, line.rstrip(",").split(", ")))
     return found
 
 
-def _colon(item: str) -> tuple[str, str, str]:
-    return item.partition(" : ")
+_MAP_SEPARATORS = re.compile(", | : ")
