@@ -13,7 +13,7 @@ import pytest
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState, build
-from netkit.rules.backend import PlanStats, Unsupported
+from netkit.rules.backend import PlanStats
 from netkit.rules.iptables.fake import FakeKernel as IptablesFake
 from netkit.rules.ipvs.fake import FakeKernel as IPVSFake
 from netkit.rules.nftables.fake import FakeKernel as NftFake
@@ -47,8 +47,10 @@ def test_every_member(mode: str, family: IPFamily) -> None:
     be: Any = backend(mode)
     desired = be.compile(state(), CONFIG, family)
     assert be.render(desired).strip()
-    json.dumps(be.to_json(desired))  # structured and serialisable, not {"text": …}
-    assert "text" not in be.to_json(desired)
+    structured = be.to_json(desired)
+    assert isinstance(structured, dict) and "text" not in structured  # structured, not {"text": …}
+    assert json.loads(json.dumps(structured)) == structured
+    assert ("10.96.0.10" if family is IPFamily.IPV4 else "fd00:96::14") in json.dumps(structured)
 
     kernel = FAKES[mode](family)
     live = kernel.dump()
@@ -58,11 +60,16 @@ def test_every_member(mode: str, family: IPFamily) -> None:
     kernel.apply(first)
     again = be.plan(kernel.dump_reusing(kernel.dump()), desired)
     assert again.empty and again.stats().written == again.stats().deleted == 0
+    assert be.foreign(kernel.dump(), desired) == []  # in sync: nothing of anyone else's to report
 
     summary = be.summarize(desired)
     assert summary and all(isinstance(k, str) and isinstance(v, tuple) for k, v in summary.items())
     served = "default/web:http/tcp" if family is IPFamily.IPV4 else "default/dual:http/tcp"
     assert summary[served], "the example service has endpoints"
+    assert summary == backend("iptables").summarize(backend("iptables").compile(state(), CONFIG, family)), \
+        "every backend sends each service port to the same endpoints"
+    kernel.cleanup()
+    assert not be.plan(kernel.dump(), desired).empty, "cleanup removed what apply wrote"
     real = be.kernel(CONFIG, family, None)  # constructing a kernel does no IO
     assert callable(real.dump) and callable(real.dump_reusing) and callable(real.apply) and callable(real.cleanup)
 
@@ -81,14 +88,20 @@ def test_a_remembering_compiler_plans_like_a_fresh_compile(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_trace_answers_or_says_unsupported(mode: str) -> None:
-    be: Any = backend(mode)
+def test_every_backend_traces_a_packet_to_the_endpoints_the_others_do(mode: str) -> None:
+    """Every backend has a tracer now (IPVS over its virtual servers and iptables payload), and they
+    agree: the same endpoints with the same probabilities. (`Unsupported` stays in the interface for
+    a backend that cannot trace; none of today's three may use it.)"""
     st = state()
-    rules = be.compile(st, CONFIG, IPFamily.IPV4)
     pkt = Packet(ip_address("192.0.2.99"), ip_address("10.96.0.10"), 80, "tcp", local_addresses=st.node.ips)
-    try:
-        outcomes = be.trace(rules, pkt)
-    except Unsupported as exc:
-        assert mode in str(exc)
-        return
-    assert outcomes and sum(o.probability for o in outcomes) == pytest.approx(1.0)
+
+    def spread(m: str) -> dict[str | None, float]:
+        be: Any = backend(m)
+        out: dict[str | None, float] = {}
+        for o in be.trace(be.compile(st, CONFIG, IPFamily.IPV4), pkt):
+            out[o.destination] = out.get(o.destination, 0.0) + o.probability
+        return out
+
+    mine = spread(mode)
+    assert len(mine) == 3 and sum(mine.values()) == pytest.approx(1.0)
+    assert mine == pytest.approx(spread("iptables"))

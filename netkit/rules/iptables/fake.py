@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 
 from netkit.errors import KernelError
 from netkit.model import IPFamily
+from netkit.rules.iptables.names import is_owned
 from netkit.rules.iptables.plan import Plan, apply_to, render_plan
-from netkit.rules.iptables.ruleset import BUILTIN_CHAINS, Ruleset
+from netkit.rules.iptables.rule import read
+from netkit.rules.iptables.ruleset import BUILTIN_CHAINS, Ruleset, is_builtin
 
 TARGETS = frozenset({"ACCEPT", "DROP", "RETURN", "REJECT", "MARK", "DNAT", "SNAT", "MASQUERADE", "LOG"})
 
@@ -46,7 +48,16 @@ class FakeKernel:
         self.state = after
 
     def cleanup(self) -> int:
-        return 0
+        """As IptablesKernel.cleanup: netkit's jumps out of the built-in chains, then its chains."""
+        tables: dict[str, dict[str, tuple[str, ...]]] = {}
+        removed = 0
+        for table, chains in self.state.tables.items():
+            kept = {c: r for c, r in chains.items() if not is_owned(c)}
+            removed += len(chains) - len(kept)
+            tables[table] = {c: tuple(x for x in r if not is_owned(read(x).target or "")) if is_builtin(table, c)
+                             else r for c, r in kept.items()}
+        self.state = Ruleset(self.family, tables)
+        return removed
 
 
 def _check(rs: Ruleset) -> str | None:
