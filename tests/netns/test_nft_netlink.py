@@ -134,6 +134,8 @@ SCENARIOS: list[tuple[str, Change]] = [
     ("last endpoint removed", lambda ps, f: (ps[0], _hosts(ps[1], ()), *ps[2:])),
     ("service added", lambda ps, f: (*ps, port("new", f, (13, 14)))),
     ("service removed", lambda ps, f: ps[1:]),
+    ("UDP service added: a new endpoint map", lambda ps, f: (*ps, replace(port("dns", f, (18, 19)),
+                                                                           protocol=Protocol.UDP))),
     ("affinity service endpoint removed", lambda ps, f: (*ps[:2], _hosts(ps[2], (6,)), *ps[3:])),
     ("affinity service added", lambda ps, f: (*ps, port("sticky2", f, (15, 16), affinity_timeout=300))),
     ("Local policy: local endpoint removed", lambda ps, f: (*ps[:3], _hosts(ps[3], (9,)), *ps[4:])),
@@ -156,6 +158,7 @@ def test_a_change_written_by_netlink_equals_the_same_change_written_by_nft(
     tx = plan(a, b)
     assert not tx.empty, what
     netlink.encode(tx, 0)  # every scenario is one the writer encodes (else nft would write it)
+    assert bool(tx.add_sets) == ("new endpoint map" in what or "affinity service added" in what)
     writer = NftKernel(a.family, by_netlink)  # "auto": small transactions by netlink
     for k in (writer, NftKernel(a.family, by_nft, transport="cli")):
         k.apply(plan(None, a))

@@ -252,6 +252,27 @@ def test_touching_ranges_are_merged_and_a_range_from_zero_has_no_leading_end() -
     assert len(nl.interval_elements(ranges, 32)) == 4  # start, end, start, end
 
 
+ENDPOINT_MAP = [  # nft's `add map … { typeof numgen random mod 1 : ip daddr . tcp dport; }` and its element
+    "02000000060001006e00000015000200656e64706f696e74732d7463702d30370000000008000300000000080800040000000004"
+    "080005000000000408000600000001cd080007000000000808000a000000000168000d00000401000000010400000000031a0004"
+    "170000000112000401000000010401000000020400000000043400040d000000012c0014000407000000010c00040c0000000104"
+    "0c0000000114000407000000010c000408000000010402000000060400000000",
+    "02000000060001006e00000015000200656e64706f696e74732d7463702d30370000000008000400000000012400038020000180"
+    "0c0001800800010000100000100002800c0001000a00000100500000",
+]
+
+
+def test_a_new_endpoint_map_is_created_with_nfts_typeof_userdata() -> None:
+    m = NamedSet("endpoints-tcp-07", ("integer",), "ipv4_addr . inet_service",
+                 elements=frozenset({Element("4096", "10.0.0.1 . 80")}))
+    got = messages(nl.encode(Transaction("ip", "n", add_sets=(m,)), 1).data)[1:-1]
+    assert [k & 0xFF for k, _, _, _ in got] == [9, 12]  # NEWSET, then its elements (after any rules)
+    assert [body.hex() for _, _, _, body in got] == ENDPOINT_MAP
+    v6 = NamedSet("endpoints-udp-01", ("integer",), "ipv6_addr . inet_service")
+    body = messages(nl.encode(Transaction("ip6", "n", add_sets=(v6,)), 1).data)[1][3]
+    assert struct.pack(">I", 8 << 6 | 13) in body and bytes.fromhex("010c000406000000") in body  # udp
+
+
 def _error(seq: int, code: int) -> bytes:
     return struct.pack("=IHHII", 36, nl.NLMSG_ERROR, 0x100, seq, 0) + struct.pack("=i", -code) + bytes(16)
 

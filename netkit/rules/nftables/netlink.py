@@ -22,7 +22,8 @@ as an nft script instead; a transaction goes all by one path, never split):
   immediate, nat, and the anonymous interval set of a fw- rule with several source ranges (created
   in the batch before its rule, found by NFTA_SET_ID). Not encoded: bitwise, ct, masquerade, vmap,
   `meta mark set`, reject and base chains (fixed chains, rewritten when the configuration
-  changes), new named sets (their `typeof` lives in nft's userdata), whole tables.
+  changes), new named sets other than endpoint maps (`add map` of those is encoded, their
+  `typeof` userdata as nft writes it), whole tables.
 
 The bytes are nft 1.0.6's (libnftnl 1.2.4) for the same commands, attribute for attribute, but for
 the NFTA_*_SET_ID attributes nft adds from its cache (tests/unit/test_nft_netlink.py).
@@ -46,6 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from netkit.rules.nftables.plan import Transaction, _early_sets
+from netkit.rules.nftables.render import type_line
 from netkit.rules.nftables.rule import (
     AnonSet,
     Dnat,
@@ -224,7 +226,7 @@ def element_list(bodies: Sequence[bytes]) -> bytes:
 
 
 def element_bodies(table: str, elements: Iterable[SetElement], types: dict[str, SetType],
-                   *, keys_only: bool) -> Iterator[bytes]:
+                   *, keys_only: bool, ids: dict[str, int] | None = None) -> Iterator[bytes]:
     """The bodies of NEWSETELEM/DELSETELEM messages: one per set (and per 256 elements)."""
     by_set: dict[str, list[bytes]] = {}
     for name, e in elements:
@@ -234,7 +236,8 @@ def element_bodies(table: str, elements: Iterable[SetElement], types: dict[str, 
     for name, items in by_set.items():
         for i in range(0, len(items), MAX_ELEMENTS_PER_MESSAGE):
             chunk = items[i:i + MAX_ELEMENTS_PER_MESSAGE]
-            yield strz(TABLE, table) + strz(NAME, name) + element_list(chunk)
+            set_id = be32(4, ids[name]) if ids and name in ids else b""  # a set of this batch, as nft
+            yield strz(TABLE, table) + strz(NAME, name) + set_id + element_list(chunk)
 
 
 # ── rules ───────────────────────────────────────────────────────────────────────────────────────
@@ -423,12 +426,17 @@ class AnonSets:
         self._next_id = 1
         self._pending: list[tuple[str, str, int, bytes]] = []
 
+    def next_id(self) -> int:
+        """An NFTA_SET_ID for a set this batch creates (named sets get one too, as nft gives them)."""
+        set_id, self._next_id = self._next_id, self._next_id + 1
+        return set_id
+
     def add(self, p: Payload, items: AnonSet) -> int:
         if p.field != "saddr" or p.protocol not in ANON_USERDATA:
             raise Unsupported(f"anonymous set of {p}")
         kind, bits = KEY_TYPES[p.protocol]
         elements = interval_elements(intervals(items.items, bits), bits)
-        set_id, self._next_id = self._next_id, self._next_id + 1
+        set_id = self.next_id()
         head = strz(TABLE, self.table) + strz(NAME, ANON_NAME)
         definition = (head + be32(3, NFT_SET_ANONYMOUS | NFT_SET_CONSTANT | NFT_SET_INTERVAL) + be32(4, kind)
                       + be32(5, bits // 8) + be32(10, set_id) + nest(9, be32(1, len(elements)))
@@ -478,17 +486,48 @@ def operations(tx: Transaction, types: dict[str, SetType]) -> Iterator[tuple[str
         if ch.hook is not None:
             raise Unsupported(f"base chain {ch.name}")
         yield f"add chain {ch.name}", "NEWCHAIN", NLM_F_CREATE, table + strz(NFTA_CHAIN_NAME, ch.name)
+    anon = AnonSets(t)
+    ids: dict[str, int] = {}
     for s in tx.add_sets:
         if s.name not in early:
-            raise Unsupported(f"add set {s.name}")
-    anon = AnonSets(t)
+            ids[s.name] = anon.next_id()
+            yield f"add map {s.name}", "NEWSET", NLM_F_CREATE, table + endpoint_map(s, tx.family, ids[s.name])
     for ch in tx.rules:
         for r in ch.rules:
             body = table + strz(2, ch.name) + rule_expressions(r, tx.family, anon)
             yield from anon.take()  # its anonymous set first, then the rule that binds it
             yield f"add rule {ch.name} {r}", "NEWRULE", NLM_F_CREATE | NLM_F_APPEND, body
+    own = [(s.name, e) for s in tx.add_sets if s.elements and not s.dynamic for e in sorted(s.elements)]
+    own_types = {s.name: SetType.of(s) for s in tx.add_sets if not s.dynamic}
+    for body in element_bodies(t, own, own_types, keys_only=False, ids=ids):
+        yield "add element", "NEWSETELEM", NLM_F_CREATE, body
     for body in element_bodies(t, tx.add_elements, types, keys_only=False):
         yield "add element", "NEWSETELEM", NLM_F_CREATE, body
+
+
+# An endpoint map, `typeof numgen random mod 1 : ip daddr . tcp dport` (render.type_line): NEWSET
+# as nft 1.0.6 sends it. Its NFTA_SET_USERDATA (key byte order, and the typeof expressions nft lists
+# the map with) differs only in the address family's and the protocol's ids, filled in here.
+NFT_SET_MAP = 8
+TYPE_INTEGER = 4
+CONCAT_ADDR_PORT = {"ip": (7 << 6 | 13, 8), "ip6": (8 << 6 | 13, 20)}  # ipv4/6_addr . inet_service, length
+_MAP_USERDATA = ("000401000000010400000000031a0004170000000112000401000000010401000000020400000000043400040d0000"
+                 "00012c0014000407000000010c0004{addr}0114000407000000010c0004{proto}000000010402000000060400000000")
+_USERDATA_ADDR = {"ip": "0c00000001040c000000", "ip6": "0d000000010409000000"}
+_USERDATA_PROTO = {"tcp": "08", "udp": "06", "sctp": "0a"}
+
+
+def endpoint_map(s: NamedSet, family: str, set_id: int) -> bytes:
+    """NEWSET's attributes after the table, for an endpoint map (Unsupported for any other set)."""
+    words = type_line(s).split()
+    shape = ["typeof", "numgen", "random", "mod", "1", ":", family, "daddr", ".", "?", "dport"]
+    if (len(words) != len(shape) or any(w != x for w, x in zip(words, shape, strict=True) if x != "?")
+            or words[9] not in _USERDATA_PROTO or s.flags or s.timeout is not None or s.size is not None):
+        raise Unsupported(f"add set {s.name} ({type_line(s)})")
+    data_type, data_len = CONCAT_ADDR_PORT[family]
+    userdata = _MAP_USERDATA.format(addr=_USERDATA_ADDR[family], proto=_USERDATA_PROTO[words[9]])
+    return (strz(NAME, s.name) + be32(3, NFT_SET_MAP) + be32(4, TYPE_INTEGER) + be32(5, 4) + be32(6, data_type)
+            + be32(7, data_len) + be32(10, set_id) + attr(13, bytes.fromhex(userdata)))
 
 
 def encode(tx: Transaction, genid: int, seq: int = 1) -> Batch:
