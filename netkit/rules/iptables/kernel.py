@@ -35,7 +35,7 @@ from netkit.rules.iptables.commits import commits
 from netkit.rules.iptables.names import is_owned
 from netkit.rules.iptables.plan import Plan, batches, render_plan, render_plan_lines
 from netkit.rules.iptables.rule import read
-from netkit.rules.iptables.ruleset import Ruleset, is_builtin, parse_chunks
+from netkit.rules.iptables.ruleset import Ruleset, expected_save, is_builtin, parse_chunks, read_expecting
 
 TABLES = ("mangle", "filter", "nat")
 NFT_BATCH_CHAINS = 2000  # ~0.4 s a batch on this kind of machine; see plan.batches
@@ -82,22 +82,45 @@ class IptablesKernel:
 
     def dump_reusing(self, committed: Ruleset) -> Ruleset:
         """`dump`, with every chain equal to `committed`'s sharing its tuple (a full sync re-reading
-        an unchanged kernel then holds one copy of 300k rules, not two)."""
-        return parse_chunks(self._save_chunks(TABLES), self.family, reuse=committed)
+        an unchanged kernel then holds one copy of 300k rules, not two). With legacy, the three tools
+        start at once and each table is compared with the text `committed` would print, built while
+        they read the kernel (ruleset.read_expecting); the result's `since` lets the planner compare
+        only what can differ. iptables-nft lists chains in another order: it is parsed as it streams."""
+        if self.resolved_backend != "legacy":
+            return parse_chunks(self._save_chunks(TABLES), self.family, reuse=committed)
+        procs = [self._start_save(table) for table in TABLES]
+        try:
+            expected = {t: expected_save(t, committed.chains(t)) for t in TABLES if committed.chains(t)}
+            return read_expecting((self._read_save(t, p) for t, p in zip(TABLES, procs, strict=True)), self.family,
+                                  committed, expected)
+        finally:
+            for proc in procs:
+                _reap(proc)
 
     def _save_chunks(self, tables: tuple[str, ...]) -> Iterator[bytes]:
         """iptables-save's output in the pieces the pipe gives (read while the tool still writes)."""
         for table in tables:
-            argv = wrap([self.tool("save"), "-t", table], self.netns)
-            with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  process_group=0) as proc:
-                assert proc.stdout is not None and proc.stderr is not None
-                _widen(proc.stdout)
-                while chunk := os.read(proc.stdout.fileno(), PIPE_BYTES):
-                    yield chunk
-                err = proc.stderr.read().decode(errors="replace")
-            if proc.returncode != 0 and "does not exist" not in err:
-                raise KernelError(f"{self.tool('save')} -t {table} failed", stderr=err)
+            proc = self._start_save(table)
+            try:
+                yield from self._read_save(table, proc)
+            finally:
+                _reap(proc)
+
+    def _start_save(self, table: str) -> subprocess.Popen[bytes]:
+        argv = wrap([self.tool("save"), "-t", table], self.netns)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                process_group=0)
+        assert proc.stdout is not None
+        _widen(proc.stdout)
+        return proc
+
+    def _read_save(self, table: str, proc: subprocess.Popen[bytes]) -> Iterator[bytes]:
+        assert proc.stdout is not None and proc.stderr is not None
+        while chunk := os.read(proc.stdout.fileno(), PIPE_BYTES):
+            yield chunk
+        err = proc.stderr.read().decode(errors="replace")
+        if proc.wait() != 0 and "does not exist" not in err:
+            raise KernelError(f"{self.tool('save')} -t {table} failed", stderr=err)
 
     def apply(self, plan: Plan) -> None:
         # iptables-nft's --noflush restore is quadratic in the chains of one batch: write big plans'
@@ -213,6 +236,16 @@ def cleanup_payload(live: Ruleset, owned: Callable[[str], bool] = is_owned) -> t
 def jump_target(rule: str) -> str | None:
     """The chain or verdict a rule jumps (-j) or goes (-g) to (rule.py reads it)."""
     return read(rule).target or None
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a save tool that is still running (its reader gave up) and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def _widen(pipe: IO[bytes]) -> None:
