@@ -129,3 +129,31 @@ def test_the_reader_shares_the_addresses_it_is_told_of() -> None:
     reader = nlk.DestReader()
     reader.know([mine])
     assert reader.read(kernel_dest("10.244.1.5", 80, 1, 0, 0), V4)[0] is mine
+
+
+class DumpSocket:
+    """Answers a dump with `parts`: lists of (sequence offset, message type, genl payload) per recv."""
+
+    def __init__(self, parts: list[list[tuple[int, int, bytes]]]) -> None:
+        self.parts, self.seq = parts, 0
+
+    def send(self, data: bytes) -> int:
+        self.seq = next(nlk.messages(data))[2]
+        return len(data)
+
+    def recv(self, size: int) -> bytes:
+        out = b""
+        for delta, kind, body in self.parts.pop(0):
+            msg = struct.pack("=BBH", nlk.CMD_NEW_DEST, 1, 0) + body
+            out += struct.pack("=IHHII", 16 + len(msg), kind, nlk.NLM_F_MULTI, self.seq + delta, 0) + msg
+        return out
+
+
+def test_the_real_servers_of_a_dump_come_sorted_and_other_answers_are_skipped() -> None:
+    nl = nlk.IPVSNetlink.__new__(nlk.IPVSNetlink)
+    a, b, c = (kernel_dest(ip, 80, 1, n, 0) for n, ip in enumerate(("10.244.1.9", "10.244.1.5", "10.244.1.7")))
+    done = struct.pack("=i", 0)
+    nl.sock = DumpSocket([[(0, 42, a), (-1, 42, c), (0, 42, b)], [(0, 42, c), (0, nlk.NLMSG_DONE, done)]])  # type: ignore[assignment]
+    nl._seq, nl.family = 5, 42
+    rows = nl.dest_fields(b"", V4, nlk.DestReader())
+    assert [(str(r[0]), r[3]) for r in rows] == [("10.244.1.5", 1), ("10.244.1.7", 2), ("10.244.1.9", 0)]
