@@ -20,8 +20,10 @@ from __future__ import annotations
 import errno
 import socket
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
 
 from netkit.rules.ipvs.netlink import (
     NLA_TYPE_MASK,
@@ -75,6 +77,7 @@ def decode(payloads: Iterable[bytes]) -> list[SetDump]:
     """The sets a list dump answered (the payloads after the netlink header), in the order met."""
     types: dict[str, tuple[str, int]] = {}
     entries: dict[str, list[str]] = {}
+    layouts: dict[int, _EntryLayout] = {}
     for payload in payloads:
         a = attrs(memoryview(payload)[4:])  # after struct nfgenmsg
         name = a.get(ATTR_SETNAME, b"").rstrip(b"\0").decode()
@@ -82,23 +85,120 @@ def decode(payloads: Iterable[bytes]) -> list[SetDump]:
             types[name] = (a[ATTR_TYPENAME].rstrip(b"\0").decode(), a.get(ATTR_FAMILY, b"\0")[0])
         into = entries.setdefault(name, [])
         if ATTR_ADT in a:
-            into.extend(entry_texts(a[ATTR_ADT]))
+            into.extend(entry_texts(a[ATTR_ADT], layouts))
     return [SetDump(name, typ, fam, frozenset(entries.get(name, ()))) for name, (typ, fam) in types.items()]
 
 
 _HDR = struct.Struct("=HH")
+# how the entries of one size are laid out: (a struct reading their attributes' headers and values,
+# a getter of the headers, what the headers are, the entry's text from the values)
+_EntryLayout = tuple[struct.Struct, Callable[[tuple[Any, ...]], tuple[int, ...]], tuple[int, ...],
+                     Callable[[tuple[Any, ...]], str]]
+_Part = Callable[[tuple[Any, ...]], str]
 
 
-def entry_texts(adt: bytes) -> Iterator[str]:
-    """The text of each IPSET_ATTR_DATA in an IPSET_ATTR_ADT list."""
+def entry_texts(adt: bytes, layouts: dict[int, _EntryLayout] | None = None) -> Iterator[str]:
+    """The text of each IPSET_ATTR_DATA in an IPSET_ATTR_ADT list. The kernel lays out every entry
+    of a set the same way, so the first entry of each size is walked attribute by attribute
+    (`entry_text`) and its layout learnt into `layouts`; the next ones are read with one `struct`
+    call once their attribute headers are checked (as netlink.DestReader does for real servers)."""
     off, end = 0, len(adt)
     unpack = _HDR.unpack_from
+    layouts = {} if layouts is None else layouts
     while off + 4 <= end:
         size, _ = unpack(adt, off)
         if size < 4:
             return
+        layout = layouts.get(size)
+        if layout is not None:
+            vals = layout[0].unpack_from(adt, off + 4)
+            if layout[1](vals) == layout[2]:
+                yield layout[3](vals)
+                off += (size + 3) & ~3
+                continue
+        learned = _learn(adt, off + 4, off + size)
+        if learned is not None:
+            layouts[size] = learned
         yield entry_text(adt, off + 4, off + size)
         off += (size + 3) & ~3
+
+
+def _learn(buf: bytes, off: int, end: int) -> _EntryLayout | None:
+    """The layout of the entry in buf[off:end]; None for one with attributes beyond the address,
+    port, protocol and prefix lengths (flags, extensions: `entry_text` reads those)."""
+    fmt, at, n = "=", off, 0
+    headers: list[int] = []
+    expected: list[int] = []
+    index: dict[int, int] = {}
+    widths: dict[int, int] = {}
+    while off + 4 <= end:
+        size, kind = _HDR.unpack_from(buf, off)
+        k = kind & NLA_TYPE_MASK
+        if size < 4 or k in index:
+            return None
+        pad = f"{off - at}x" if off > at else ""
+        if k in (A_IP, A_IP2) and size >= 8:
+            isize, ikind = _HDR.unpack_from(buf, off + 4)
+            width = {IPADDR_IPV4: 4, IPADDR_IPV6: 16}.get(ikind & NLA_TYPE_MASK)
+            if width is None or size != 8 + width:
+                return None
+            fmt += f"{pad}HHHH{width}s"
+            headers += range(n, n + 4)
+            expected += [size, kind, isize, ikind]
+            index[k], widths[k], n, at = n + 4, width, n + 5, off + size
+        elif (k == A_PORT and size == 6) or (k in (A_PROTO, A_CIDR, A_CIDR2) and size == 5):
+            fmt += f"{pad}HH{'2s' if k == A_PORT else 'B'}"
+            headers += (n, n + 1)
+            expected += [size, kind]
+            index[k], n, at = n + 2, n + 3, off + size
+        else:
+            return None
+        off += (size + 3) & ~3
+    if A_IP not in index and A_PORT not in index:
+        return None
+    return struct.Struct(fmt), itemgetter(*headers), tuple(expected), _formatter(index, widths)
+
+
+def _formatter(index: dict[int, int], widths: dict[int, int]) -> _Part:
+    """An entry's text from its values, as `entry_text` spells it."""
+    if set(index) in ({A_IP, A_PORT, A_PROTO}, {A_IP, A_PORT, A_PROTO, A_IP2}):  # most entries: one f-string
+        return _ip_port_formatter(index, widths)
+    parts: list[_Part] = []
+    if A_IP in index:
+        parts.append(_ip_part(index[A_IP], widths[A_IP], index.get(A_CIDR)))
+    if A_PORT in index:
+        parts.append(_port_part(index[A_PORT], index.get(A_PROTO)))
+    if A_IP2 in index:
+        parts.append(_ip_part(index[A_IP2], widths[A_IP2], index.get(A_CIDR2)))
+    if len(parts) == 1:
+        return parts[0]
+    return lambda v: ",".join([part(v) for part in parts])
+
+
+def _ip_port_formatter(index: dict[int, int], widths: dict[int, int]) -> _Part:
+    """hash:ip,port and hash:ip,port,ip entries (KUBE-LOOP-BACK, KUBE-CLUSTER-IP, …)."""
+    ntop, names = socket.inet_ntop, PROTOCOL_NAMES
+    a, af = index[A_IP], socket.AF_INET if widths[A_IP] == 4 else socket.AF_INET6
+    port, proto = index[A_PORT], index[A_PROTO]
+    if A_IP2 not in index:
+        return lambda v: f"{ntop(af, v[a])},{names.get(v[proto]) or v[proto]}:{v[port][0] << 8 | v[port][1]}"
+    b, af2 = index[A_IP2], socket.AF_INET if widths[A_IP2] == 4 else socket.AF_INET6
+    return lambda v: (f"{ntop(af, v[a])},{names.get(v[proto]) or v[proto]}:{v[port][0] << 8 | v[port][1]},"
+                      f"{ntop(af2, v[b])}")
+
+
+def _ip_part(i: int, width: int, cidr: int | None) -> _Part:
+    af, host, ntop = (socket.AF_INET, 32, socket.inet_ntop) if width == 4 else (socket.AF_INET6, 128,
+                                                                                 socket.inet_ntop)
+    if cidr is None:
+        return lambda v: ntop(af, v[i])
+    return lambda v: ntop(af, v[i]) if v[cidr] == host else f"{ntop(af, v[i])}/{v[cidr]}"
+
+
+def _port_part(i: int, proto: int | None) -> _Part:
+    if proto is None:
+        return lambda v: str(v[i][0] << 8 | v[i][1])
+    return lambda v: f"{PROTOCOL_NAMES.get(v[proto]) or v[proto]}:{v[i][0] << 8 | v[i][1]}"
 
 
 def entry_text(buf: bytes, off: int, end: int) -> str:
