@@ -105,3 +105,17 @@ def test_every_backend_traces_a_packet_to_the_endpoints_the_others_do(mode: str)
     mine = spread(mode)
     assert len(mine) == 3 and sum(mine.values()) == pytest.approx(1.0)
     assert mine == pytest.approx(spread("iptables"))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_compile_json_is_structured_in_every_mode(mode: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`netkit compile -o json`: per family, the backend's own to_json (not a {"text": …} wrapper)."""
+    from netkit.cli import main
+
+    assert main(["compile", "--mode", mode, "-f", str(EXAMPLES), "--node-name", "node-a", "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mode"] == mode and list(doc["families"]) == ["IPv4", "IPv6"]
+    be: Any = backend(mode)
+    for family, name in ((IPFamily.IPV4, "IPv4"), (IPFamily.IPV6, "IPv6")):  # the CLI's config has its defaults
+        assert doc["families"][name].keys() == be.to_json(be.compile(state(), CONFIG, family)).keys()
+        assert "text" not in doc["families"][name]

@@ -381,3 +381,48 @@ def test_an_endpoint_change_across_the_large_cluster_threshold_is_followed(mode:
         put(store, change)
         state = builder.build(store.objects(), "node-a")
         assert compiler.compile(state) == be.compile(state, CFG, IPFamily.IPV4), change
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("run"), st.lists(st.integers(0, 9), max_size=8), st.sets(st.integers(0, 9))),
+    st.tuples(st.just("update"), st.sets(st.integers(0, 9)), st.sets(st.integers(10, 19))),
+    st.tuples(st.just("reset"))), min_size=1, max_size=12))
+def test_port_memo_remembers_exactly_the_parts_of_the_last_walk(ops: list[tuple[Any, ...]]) -> None:
+    """PortMemo against a plain model: a port's part is reused only for the very same object (and
+    when `keep` says so), `came` / `gone` are exactly what differs from the previous walk, `update`
+    follows a told change, and `previous` answers from what is remembered now."""
+    from netkit.rules.memo import PortMemo
+    from tests.unit.ipvs_states import sp
+
+    pool = [sp(f"p{i}", f"10.96.0.{i + 1}") for i in range(20)]
+    memo: PortMemo[tuple[int, int]] = PortMemo()
+    model: dict[int, tuple[int, int]] = {}  # pool index → its part (pool index, compile number)
+    compiled = iter(range(10**6))
+    fresh = True
+
+    def compile_port(p: Any) -> tuple[int, int]:
+        return (pool.index(p), next(compiled))
+
+    for op in ops:
+        if op[0] == "reset":
+            memo.reset()
+            model, fresh = {}, True
+        elif op[0] == "run":
+            ports, refused = op[1], op[2]
+            walk = memo.run([pool[i] for i in ports], compile_port, keep=lambda part, no=refused: part[0] not in no)
+            kept = {i: model[i] for i in set(ports) if i in model and i not in refused}
+            assert walk.fresh is fresh
+            assert [part[0] for part in walk.parts] == ports
+            assert all(walk.parts[n] == kept[i] for n, i in enumerate(ports) if i in kept)
+            assert sorted(p[0] for p in walk.came) == sorted(set(ports) - kept.keys())
+            assert sorted(walk.gone) == sorted(part for i, part in model.items() if i not in kept)
+            model, fresh = {part[0]: part for part in walk.parts}, False
+        else:
+            gone, came = sorted(op[1] & model.keys()), sorted(op[2] - model.keys())
+            came_parts, gone_parts = memo.update([pool[i] for i in gone], [pool[i] for i in came], compile_port)
+            assert gone_parts == [model.pop(i) for i in gone] and [p[0] for p in came_parts] == came
+            model.update((p[0], p) for p in came_parts)
+            fresh = False
+        assert memo.fresh is fresh
+        assert all(memo.previous(pool[i]) == model.get(i) for i in range(20))
