@@ -46,7 +46,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from netkit.rules.nftables.plan import Transaction, _early_sets
+from netkit.rules.nftables.plan import Transaction
 from netkit.rules.nftables.render import type_line
 from netkit.rules.nftables.rule import (
     AnonSet,
@@ -472,7 +472,8 @@ def operations(tx: Transaction, types: dict[str, SetType]) -> Iterator[tuple[str
     t = tx.table
     if tx.create is not None:
         raise Unsupported("a whole table")
-    early = {s.name for s in _early_sets(tx)}
+    pre = tx.prelude()
+    early = {s.name for s in pre.add_sets} if pre else set()  # created just before, by a script
     table = strz(TABLE, t)
     for c in tx.flush_chains:
         yield f"flush chain {c}", "DELRULE", 0, table + strz(2, c)
