@@ -200,20 +200,20 @@ _SET_ITEM = re.compile(r"[0-9a-f:.]+(?:/[0-9]+|-[0-9a-f:.]+)?|[a-z]+|[0-9]+")
 
 def _check(s: object, line: str) -> None:
     """Every value of a statement has a shape netkit writes (rule.py keeps values as written)."""
-    ok = True
-    if isinstance(s, Match):
-        ok = _operand_ok(s)
-    elif isinstance(s, Verdict):
-        ok = s.verb != "reject" or s.target in (None, "tcp reset")
-    elif isinstance(s, Dnat):
-        if isinstance(s.to, Value):
-            ok = _TARGET.fullmatch(s.to.text) is not None
-        else:
-            ok = isinstance(s.to.table, SetRef)
-    elif isinstance(s, (VerdictMap, Counter)):
-        ok = isinstance(s, VerdictMap) and isinstance(s.table, SetRef)
-    if not ok:
+    if not _statement_ok(s):
         raise Unrecognised(f"rule {line!r}: {s} is not a statement netkit writes")
+
+
+def _statement_ok(s: object) -> bool:
+    if isinstance(s, Match):
+        return _operand_ok(s)
+    if isinstance(s, Verdict):  # the JSON reads any other reject as plain `reject`
+        return s.verb != "reject" or s.target in (None, "tcp reset")
+    if isinstance(s, Dnat):  # to one endpoint, or through a named endpoint map
+        return _TARGET.fullmatch(s.to.text) is not None if isinstance(s.to, Value) else isinstance(s.to.table, SetRef)
+    if isinstance(s, VerdictMap):  # the JSON reads an anonymous verdict map as foreign
+        return isinstance(s.table, SetRef)
+    return not isinstance(s, Counter)  # netkit writes no counters (the JSON: a foreign statement)
 
 
 def _operand_ok(m: Match) -> bool:
