@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import importlib.util
+import io
 import os
 import subprocess
 import tempfile
@@ -107,7 +108,7 @@ class NftKernel:
             yield code, (out,), err
         elif self.transport != "auto" and self._use_lib():
             code, out, err = _lib_listing(self._lib, command)
-            yield code, out.splitlines(), err
+            yield code, io.StringIO(out), err  # its lines one at a time, not a list of them beside it
         else:
             with _listing_file(["nft", *LIST_OPTIONS, *command.split()], self.netns) as listed:
                 yield listed
