@@ -278,6 +278,8 @@ def _set(name: str, is_map: bool, lines: Iterator[str]) -> NamedSet:
         if elements is not None:  # nft lists every attribute before the elements
             raise Unrecognised(f"set {name}: {line!r} after its elements")
         if line.startswith("elements = {"):
+            if key is None or is_map != (value is not None):
+                raise Unrecognised(f"set {name}: elements before its type")
             listed = _element_lines(name, line, lines)
             # a dynamic set's elements are runtime state (clients seen, with timeouts): not read
             if "dynamic" in flags:
@@ -285,7 +287,7 @@ def _set(name: str, is_map: bool, lines: Iterator[str]) -> NamedSet:
                 for _ in listed:
                     pass
             else:
-                elements = _elements(name, is_map, listed)
+                elements = _elements(name, value, listed)
         elif line.startswith("type "):
             key, value = _type(name, line)
         elif (typeof := _TYPEOF.fullmatch(line)) is not None:
@@ -310,7 +312,8 @@ _KEY = r"(?:[0-9a-f:.]+(?:/[0-9]+)?|tcp|udp|sctp)(?: \. (?:[0-9a-f:.]+(?:/[0-9]+
 _VERDICT = rf"(?:goto|jump) {_NAME}|accept|drop|return|continue"
 # one line of elements (several to a line, as nft wraps them), checked with one match
 _SET_LINE = re.compile(rf"{_KEY}(?:, {_KEY})*,?")
-_MAP_LINE = re.compile(rf"{_KEY} : (?:{_VERDICT}|{_KEY})(?:, {_KEY} : (?:{_VERDICT}|{_KEY}))*,?")
+_VERDICT_MAP_LINE = re.compile(rf"{_KEY} : (?:{_VERDICT})(?:, {_KEY} : (?:{_VERDICT}))*,?")
+_DATA_MAP_LINE = re.compile(rf"{_KEY} : {_KEY}(?:, {_KEY} : {_KEY})*,?")
 
 
 def _element_lines(name: str, first: str, lines: Iterator[str]) -> Iterator[str]:
@@ -325,8 +328,9 @@ def _element_lines(name: str, first: str, lines: Iterator[str]) -> Iterator[str]
     yield line[:-1]
 
 
-def _elements(name: str, is_map: bool, listed: Iterable[str]) -> list[Element]:
-    shape = _MAP_LINE if is_map else _SET_LINE
+def _elements(name: str, value: str | None, listed: Iterable[str]) -> list[Element]:
+    is_map = value is not None
+    shape = _SET_LINE if value is None else _VERDICT_MAP_LINE if value == "verdict" else _DATA_MAP_LINE
     found: list[Element] = []
     for line in listed:
         line = line.strip()
