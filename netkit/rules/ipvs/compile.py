@@ -412,8 +412,7 @@ def _needs_fwmark(sp: ServicePortState) -> bool:
 
 def virtual_servers(sp: ServicePortState, config: Config, node_ips: Sequence[IPAddress],
                     mark: int) -> list[VirtualServer]:
-    internal = sp.local_endpoints if sp.internal_policy_local else sp.cluster_endpoints
-    external = sp.local_endpoints if sp.external_policy_local else sp.cluster_endpoints
+    internal, external = sp.internal.endpoints, sp.external.endpoints  # the model decided (no endpoints: none)
     sched = scheduler(sp, config)
 
     made: dict[int, tuple[RealServer, ...]] = {}  # by the endpoint tuple's identity: made once, shared
