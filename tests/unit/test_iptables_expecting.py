@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from netkit.model import IPFamily
 from netkit.rules.backend import Since
-from netkit.rules.iptables import backend, ruleset
+from netkit.rules.iptables import backend, names, ruleset
 from netkit.rules.iptables.ruleset import BUILTIN_CHAINS, Ruleset, expected_save, parse_chunks, read_expecting
 
 V4 = IPFamily.IPV4
@@ -140,3 +140,12 @@ def test_the_planner_compares_only_what_either_side_says_can_differ() -> None:
     p = backend.plan(read, desired)
     assert set(p.write["nat"]) == {"KUBE-SVC-AAAA", "KUBE-SVC-AAAB"}
     assert p == backend.plan(Ruleset(V4, dict(read.tables)), desired)  # the same as a full comparison
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.sampled_from(sorted(names.FIXED_CHAINS)),
+                 st.tuples(st.sampled_from([*names.SERVICE_CHAIN_PREFIXES, *sorted(names.FIXED_CHAINS), "KUBE-",
+                                            "KUBE-SV", "MY-", ""]),
+                           st.text("ABCXYZ-1234", max_size=6)).map("".join)))
+def test_the_owned_pattern_says_what_is_owned_says(chain: str) -> None:
+    assert bool(names.OWNED.match(chain)) is names.is_owned(chain)

@@ -24,18 +24,19 @@ import fcntl
 import os
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import filterfalse
 from typing import IO
 
 from netkit.errors import KernelError
 from netkit.model import IPFamily
 from netkit.netns import run, wrap
 from netkit.rules.iptables.commits import commits
-from netkit.rules.iptables.names import is_owned
+from netkit.rules.iptables.names import OWNED, is_owned
 from netkit.rules.iptables.plan import Plan, batches, render_plan, render_plan_lines
 from netkit.rules.iptables.rule import read
-from netkit.rules.iptables.ruleset import Ruleset, expected_save, is_builtin, parse_chunks, read_expecting
+from netkit.rules.iptables.ruleset import Chains, Ruleset, expected_save, is_builtin, parse_chunks, read_expecting
 
 TABLES = ("mangle", "filter", "nat")
 NFT_BATCH_CHAINS = 2000  # ~0.4 s a batch on this kind of machine; see plan.batches
@@ -60,6 +61,9 @@ class IptablesKernel:
     wait_seconds: int = 5  # xtables lock wait, as kube-proxy
     stop: Callable[[], bool] | None = None  # asked between commits (see the module docstring)
     progress: Callable[[str], None] | None = None  # told what is written at each point `stop` is asked
+    # Per table, the chains not netkit's (built-in ones included) as last read, with the entry jumps
+    # inserted since: with the committed ruleset, what the kernel should hold (dump_reusing).
+    _seen: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict, init=False, repr=False)
 
     @cached_property
     def resolved_backend(self) -> str:
@@ -78,7 +82,7 @@ class IptablesKernel:
 
     def dump(self, tables: tuple[str, ...] = TABLES) -> Ruleset:
         """What the kernel holds, read table by table; the output is parsed as it streams in."""
-        return parse_chunks(self._save_chunks(tables), self.family)
+        return self._remember(parse_chunks(self._save_chunks(tables), self.family))
 
     def dump_reusing(self, committed: Ruleset) -> Ruleset:
         """`dump`, with every chain equal to `committed`'s sharing its tuple (a full sync re-reading
@@ -90,12 +94,26 @@ class IptablesKernel:
             return parse_chunks(self._save_chunks(TABLES), self.family, reuse=committed)
         procs = [self._start_save(table) for table in TABLES]
         try:
-            expected = {t: expected_save(t, committed.chains(t)) for t in TABLES if committed.chains(t)}
-            return read_expecting((self._read_save(t, p) for t, p in zip(TABLES, procs, strict=True)), self.family,
-                                  committed, expected)
+            expected = {t: expected_save(t, self._should_hold(t, committed)) for t in TABLES if committed.chains(t)}
+            return self._remember(read_expecting((self._read_save(t, p) for t, p in zip(TABLES, procs, strict=True)),
+                                                 self.family, committed, expected))
         finally:
             for proc in procs:
                 _reap(proc)
+
+    def _should_hold(self, table: str, committed: Ruleset) -> Chains:
+        """`committed`'s chains of `table`, and the others (other software's, the built-in ones with
+        its rules and netkit's jumps) as this kernel edge last saw and changed them."""
+        mine = committed.chains(table)
+        chains = dict(mine)
+        for chain, rules in self._seen.get(table, {}).items():  # a few: kept as committed's where equal
+            chains[chain] = same if (same := mine.get(chain)) == rules and same is not None else rules
+        return chains
+
+    def _remember(self, live: Ruleset) -> Ruleset:
+        for table, chains in live.tables.items():
+            self._seen[table] = {c: chains[c] for c in filterfalse(OWNED.match, chains)}
+        return live
 
     def _save_chunks(self, tables: tuple[str, ...]) -> Iterator[bytes]:
         """iptables-save's output in the pieces the pipe gives (read while the tool still writes)."""
@@ -198,6 +216,10 @@ class IptablesKernel:
             return
         run([self.tool(""), "-w", str(self.wait_seconds), "-t", table, "-I", chain, str(position), *args],
             self.netns)
+        if (seen := self._seen.get(table)) is not None:
+            rules = list(seen.get(chain, ()))
+            rules.insert(position - 1, rule)
+            seen[chain] = tuple(rules)
 
     def cleanup(self, owned: Callable[[str], bool] = is_owned) -> int:
         """Remove netkit's jumps and chains; returns how many chains were removed. `owned` says which

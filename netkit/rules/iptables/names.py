@@ -10,6 +10,7 @@ keep 80 bits of the hash (collisions negligible at any cluster size).
 from __future__ import annotations
 
 import hashlib
+import re
 from functools import lru_cache
 
 from netkit.model import EndpointAddr, Protocol, ServicePortName
@@ -67,6 +68,11 @@ def endpoint_chain_of(name: str, proto: str, endpoint: str) -> str:
 def is_owned(chain: str) -> bool:
     """A chain netkit (or kube-proxy before it) writes and may rewrite or delete."""
     return chain in FIXED_CHAINS or chain.startswith(SERVICE_CHAIN_PREFIXES)
+
+
+# `is_owned` as one compiled pattern, for filtering 100k names in C (a test checks they agree).
+OWNED = re.compile("|".join([*(re.escape(c) + r"\Z" for c in sorted(FIXED_CHAINS)),
+                             *map(re.escape, SERVICE_CHAIN_PREFIXES)]))
 
 # kube-proxy's optional nfacct counters (pkg/proxy/metrics); the rules count into those that exist.
 CT_STATE_INVALID_DROPPED = "ct_state_invalid_dropped_pkts"

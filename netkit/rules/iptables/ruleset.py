@@ -173,12 +173,14 @@ def expected_save(table: str, known: Chains) -> Expected:
 def read_expecting(tables: Iterable[Iterable[bytes]], family: IPFamily, known: Ruleset,
                    expected: Mapping[str, Expected]) -> Ruleset:
     """`parse_chunks(..., reuse=known)` of iptables-save's output, one iterable of pieces per table,
-    comparing each table with its `expected` text first. The result's `since` names every chain that
-    can differ from `known` (for the planner: the rest are `known`'s very tuples)."""
+    comparing each table with its `expected` text first (built from `known`, or from what else the
+    kernel is expected to hold besides). The result's `since` names every chain that can differ
+    from `known` (for the planner: the rest are `known`'s very tuples)."""
     reader = Reader(family, reuse=known)
-    matched = [table for chunks in tables if (table := _read_table(reader, _texts(chunks), expected))]
+    for chunks in tables:
+        _read_table(reader, _texts(chunks), expected)
     result = reader.result()
-    return replace(result, since=Since(weakref.ref(known), _differing(result, known, matched)))
+    return replace(result, since=Since(weakref.ref(known), _differing(result, known)))
 
 
 def _read_table(reader: Reader, texts: Iterator[str], expected: Mapping[str, Expected]) -> str | None:
@@ -249,13 +251,10 @@ def _feed_text(reader: Reader, text: str) -> None:
         reader.feed(text[:-1].split("\n") if text[-1] == "\n" else text.split("\n"))
 
 
-def _differing(result: Ruleset, known: Ruleset, matched: list[str]) -> frozenset[str]:
+def _differing(result: Ruleset, known: Ruleset) -> frozenset[str]:
     out: set[str] = set()
     for table in set(result.tables) | set(known.tables):
         mine, theirs = result.chains(table), known.chains(table)
-        if table in matched:  # every chain is `known`'s but the built-in chains it lacks
-            out.update(c for c in BUILTIN_CHAINS.get(table, ()) if c in mine and c not in theirs)
-            continue
         out.update(compress(mine, map(is_not, mine.values(), map(theirs.get, mine))))
         out.update(theirs.keys() - mine.keys())
     return frozenset(out)
