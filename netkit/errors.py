@@ -17,6 +17,11 @@ class NetkitError(Exception):
     exit_status = 2
 
 
+class ParseError(NetkitError):
+    """Text or JSON that is not what a reader accepts (an iptables rule or ruleset, an nft listing):
+    one class for every backend's reader."""
+
+
 class Interrupted(NetkitError):
     """Ctrl-C (SIGINT): the message says what state things were left in."""
 

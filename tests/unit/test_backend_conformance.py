@@ -119,3 +119,16 @@ def test_compile_json_is_structured_in_every_mode(mode: str, capsys: pytest.Capt
     for family, name in ((IPFamily.IPV4, "IPv4"), (IPFamily.IPV6, "IPv6")):  # the CLI's config has its defaults
         assert doc["families"][name].keys() == be.to_json(be.compile(state(), CONFIG, family)).keys()
         assert "text" not in doc["families"][name]
+
+
+def test_one_parse_error_for_every_reader() -> None:
+    """#15: the backends' readers raise one ParseError (a NetkitError: one line, exit 2)."""
+    from netkit import errors
+    from netkit.rules.iptables import rule, ruleset
+    from netkit.rules.nftables import parse, parse_listing
+
+    assert rule.ParseError is ruleset.ParseError is parse.ParseError is errors.ParseError
+    assert issubclass(parse_listing.Unrecognised, errors.ParseError)
+    assert issubclass(errors.ParseError, errors.NetkitError)
+    with pytest.raises(errors.ParseError):
+        rule.read('-A X -m comment --comment "unbalanced')

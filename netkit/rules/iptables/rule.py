@@ -20,16 +20,12 @@ import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 
-from netkit.errors import NetkitError
+from netkit.errors import ParseError as ParseError  # re-exported: one class for every reader
 
 Option = tuple[bool, str, str]  # (negated, option, value; "" when the option takes none)
 GENERIC = ("-s", "-d", "-p", "-i", "-o")
 _WORD = re.compile(r'(?:[^\s"]+|"[^"]*")+')
 _OWNER = re.compile(r"([a-z0-9-]+)/([a-z0-9-]+)(?:[:\s]|$)")
-
-
-class ParseError(NetkitError):
-    """Text that is not an iptables rule or ruleset (ruleset.py raises it too)."""
 
 
 @dataclass(frozen=True, slots=True)

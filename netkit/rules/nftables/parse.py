@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from netkit.errors import NetkitError
+from netkit.errors import ParseError as ParseError  # re-exported: one class for every reader
 from netkit.rules.nftables.render import TYPEOF_ADDRESS
 from netkit.rules.nftables.ruleset import (
     Chain,
@@ -45,10 +45,6 @@ from netkit.rules.nftables.ruleset import (
 )
 
 JSON = Any
-
-
-class ParseError(NetkitError):
-    pass
 
 
 FOREIGN = "# foreign:"
