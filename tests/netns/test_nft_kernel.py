@@ -277,3 +277,23 @@ def test_a_namespace_created_again_under_the_same_name_is_read_again() -> None:
         assert k.dump_reusing(a) is None  # the new namespace holds no table
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_services_sharing_an_external_ip_and_port_load_and_hand_the_key_over(netns: str, transport: str) -> None:
+    """Two Services claiming 198.51.100.7:80 (kubernetes#69599): the kernel refuses a map with two
+    values for one key, so the table holds the first port's claim; when that Service goes, the
+    other's claim replaces it in the same transaction, and back."""
+    from netkit.rules.nftables.incremental import Compiler
+    from tests.factories import node, objects
+    from tests.unit.test_nft_compile import shared_address_docs
+
+    k = kernel(netns, "ip", transport)
+    compiler = Compiler(CONFIG, IPFamily.IPV4)
+    for present, winner in ((("alpha", "beta"), "alpha"), (("beta",), "beta"), (("alpha", "beta"), "alpha")):
+        desired = compiler.compile(build(objects(node(), *shared_address_docs(*present)), "node-a"))
+        k.apply(plan(k.dump(), desired))
+        listed = [line for line in nft(netns, "list", "map", "ip", "netkit", "service-ips").splitlines()
+                  if "198.51.100.7" in line]
+        assert len(listed) == 1 and "ext-" in listed[0] and f"default/{winner}/" in listed[0], listed
+        assert plan(k.dump(), desired).empty

@@ -274,7 +274,7 @@ def service_doc(i: int, variant: int) -> dict[str, Any]:
         {"labels": {"service.kubernetes.io/service-proxy-name": "someone-else"}},
         {"internalTrafficPolicy": "Local", "ports": PORTS},
         {"trafficDistribution": "PreferClose", "ip": [v4, v6], **DUAL},
-        {"type": "LoadBalancer", "externalIPs": [f"198.51.100.{i + 20}"],  # unique: see test_nft_compile's xfail
+        {"type": "LoadBalancer", "externalIPs": ["10.96.0.1", "198.51.100.20"],  # s0's clusterIP; shared
          "loadBalancerSourceRanges": ["203.0.113.0/28"], "externalTrafficPolicy": "Local",
          "healthCheckNodePort": 32000 + i,
          "status": {"loadBalancer": {"ingress": [{"ip": f"198.51.100.{i + 10}"}]}},
@@ -355,6 +355,8 @@ def assert_the_daemons_walks_follow_the_changes(before: NodeState | None, after:
 @example([("svc", 0, 7), ("slice", 0, 0, 3, 1), ("slice", 0, 2, 2, 1), ("node", 1), ("node", 2)])
 @example([("slice", 1, 0, 2, 0), ("svc", 1, 3), ("no-slice", 1, 0), ("svc", 1, 8), ("slice", 1, 0, 3, 2)])
 @example([("svc", 2, 4), ("slice", 2, 2, 3, 0), ("slice", 2, 0, 1, 2), ("svc", 2, 5), ("svc", 2, 4)])
+# s1's externalIP is s0's clusterIP: s0's claim wins; then s0 goes and s1's takes the key
+@example([("svc", 0, 0), ("slice", 0, 0, 2, 0), ("svc", 1, 8), ("slice", 1, 0, 2, 0), ("no-svc", 0), ("svc", 0, 1)])
 def test_every_backend_follows_the_stores_changes_in_both_families(edits: list[tuple[Any, ...]]) -> None:
     """After each watch event: the builder's state equals a fresh build and says exactly what differs;
     every backend's remembering compiler equals a fresh compile in each family; its plan equals the

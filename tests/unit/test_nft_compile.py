@@ -255,19 +255,56 @@ def test_node_ip_for_unrelated_family_is_ignored() -> None:
     assert "nodeport-ips" not in ipv4().set_map()
 
 
-@pytest.mark.xfail(strict=True, reason="open bug: two Services sharing an external IP and port give two "
-                   "service-ips elements with one key, which nft refuses (File exists), so every sync fails")
-def test_two_services_sharing_an_external_ip_and_port_give_one_map_key() -> None:
-    """Kubernetes accepts two Services with the same externalIP:port (kubernetes#69599); iptables and
-    IPVS modes let one of them win. nftables mode must not write a table the kernel refuses: `nft -f`
-    of a transaction adding both `198.51.100.7 . tcp . 80 : goto ...` elements fails with File exists
-    (nft 1.0.6), and so would every later sync. (The fake kernel accepts both within one transaction.)"""
-    from netkit.model import build
-    from tests.factories import endpoint, node, objects, service, slice_
+def shared_address_docs(*names: str) -> list[dict[str, object]]:
+    """Services claiming 198.51.100.7:80 as an externalIP, each with one endpoint."""
+    from tests.factories import endpoint, service, slice_
 
-    docs = [d for i in range(2) for d in (service(f"s{i}", ip=f"10.96.0.{i + 1}", externalIPs=["198.51.100.7"]),
-                                          slice_(f"s{i}", endpoints=[endpoint(f"10.244.0.{i + 1}")]))]
-    desired = compile(build(objects(node(), *docs), "node-a"), CONFIG, IPFamily.IPV4)
-    keys = [e.key for s in desired.sets if s.name == "service-ips" for e in s.elements]
-    assert "198.51.100.7 . tcp . 80" in keys
-    assert len(keys) == len(set(keys)), sorted(keys)
+    return [d for i, name in enumerate(names)
+            for d in (service(name, ip=f"10.96.0.{i + 1}", externalIPs=["198.51.100.7"]),
+                      slice_(name, endpoints=[endpoint(f"10.244.0.{i + 1}")]))]
+
+
+def service_ips_of(desired: Ruleset) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for s in desired.sets:
+        if s.name == "service-ips":
+            for e in s.elements:
+                found.setdefault(e.key, []).append(e.value or "")
+    return found
+
+
+def test_two_services_sharing_an_external_ip_and_port_give_one_map_key() -> None:
+    """Kubernetes accepts two Services with the same externalIP:port (kubernetes#69599). Two
+    `198.51.100.7 . tcp . 80 : goto ...` elements are refused by the kernel (File exists), and every
+    later sync would fail: the port first in namespace/name order takes the key, as its
+    KUBE-SERVICES rule comes first in iptables mode."""
+    from netkit.model import build
+    from tests.factories import node, objects
+
+    for order in (("alpha", "beta"), ("beta", "alpha")):
+        desired = compile(build(objects(node(), *shared_address_docs(*order)), "node-a"), CONFIG, IPFamily.IPV4)
+        claims = service_ips_of(desired)["198.51.100.7 . tcp . 80"]
+        assert len(claims) == 1 and "default/alpha/" in claims[0], claims
+
+
+def test_the_shared_key_follows_its_winner_through_the_remembering_compiler() -> None:
+    """The winner goes: the next claim takes the key; it comes back: it takes it again. Each result
+    equals a fresh compile, and each plan applies on the fake kernel, which refuses a second value
+    for a key as the kernel does."""
+    from netkit.model import build
+    from netkit.rules.nftables.fake import FakeKernel
+    from netkit.rules.nftables.incremental import Compiler
+    from netkit.rules.nftables.plan import plan
+    from tests.factories import node, objects
+
+    steps = [("alpha", "beta", "gamma"), ("beta", "gamma"), ("gamma",), ("alpha", "gamma"), ("alpha", "beta", "gamma")]
+    winners = ["alpha", "beta", "gamma", "alpha", "alpha"]
+    compiler, kernel = Compiler(CONFIG, IPFamily.IPV4), FakeKernel("ip")
+    for present, winner in zip(steps, winners, strict=True):
+        state = build(objects(node(), *shared_address_docs(*present)), "node-a")
+        desired = compiler.compile(state)
+        assert desired == compile(state, CONFIG, IPFamily.IPV4)
+        claims = service_ips_of(desired)["198.51.100.7 . tcp . 80"]
+        assert len(claims) == 1 and f"default/{winner}/" in claims[0], (present, claims)
+        kernel.apply(plan(kernel.dump(), desired))
+        assert plan(kernel.dump(), desired).empty

@@ -137,8 +137,38 @@ def unindexed(ctx: Ctx, state: NodeState, ports: Sequence[ServicePortState]) -> 
         for set_name, element in elements:
             added.setdefault(set_name, []).append(element)
     shared.extend(shard_map(ctx, name) for name in sorted(added.keys() - {s.name for s in shared}))
-    full = [replace(s, elements=s.elements | frozenset(added[s.name])) for s in shared]
+    full = [replace(s, elements=s.elements | frozenset(
+        one_per_key(added[s.name]) if s.name in ONE_PER_KEY else added[s.name])) for s in shared]
     return Ruleset.of(ctx.ip, [*full, *own], chains)
+
+
+# Maps that take one value per key. Kubernetes lets two Services claim one address and port (a
+# shared externalIP or load-balancer IP, kubernetes#69599; an externalIP may even be another
+# Service's clusterIP): two elements with one key, which the kernel refuses ("File exists"), and
+# every sync after would fail. One claim takes the key, the first port in namespace/name/port order,
+# which is the Service whose KUBE-SERVICES rule comes first in iptables mode.
+ONE_PER_KEY = frozenset({n.SERVICE_IPS, n.SERVICE_NODEPORTS, n.NO_ENDPOINT_SERVICES,
+                         n.NO_ENDPOINT_NODEPORTS, n.FIREWALL_IPS})
+
+
+def claim_rank(e: Element) -> tuple[tuple[str, ...], str]:
+    """Where a claim of a one-value-per-key map stands: its port's (namespace, name, protocol, port)
+    read from the chain it goes to, then its verdict's text (a verdict without a chain: text only)."""
+    target = e.target
+    if target is None:
+        return (), e.value or ""
+    label = target.partition("-")[2].partition("-")[2]
+    return tuple(label.split("__")[0].split("/")), e.value or ""
+
+
+def one_per_key(elements: Iterable[Element]) -> list[Element]:
+    """The winning claim of each key (`claim_rank`)."""
+    best: dict[str, Element] = {}
+    for e in elements:
+        had = best.get(e.key)
+        if had is None or claim_rank(e) < claim_rank(had):
+            best[e.key] = e
+    return list(best.values())
 
 
 def slotted_names(p: ServicePortState) -> list[str]:

@@ -59,6 +59,7 @@ class FakeKernel:
         try:
             _steps(t, tx, self.pre_6_2)
             _check_references(t)
+            _check_one_value_per_key(t)
         except KeyError as exc:
             raise KernelError(f"transaction refused: {exc.args[0]}") from None
         self.state = Ruleset.of(self.family, t.sets.values(), t.chains.values(), self.table)
@@ -108,6 +109,14 @@ def _steps(t: _Table, tx: Transaction, pre_6_2: bool) -> None:
     for c in tx.rules:
         old = _chain(t, c.name)
         t.chains[c.name] = replace(old, rules=old.rules + c.rules)
+
+
+def _check_one_value_per_key(t: _Table) -> None:
+    """A map holds one value per key: the kernel refuses a second (File exists), also within the
+    transaction that creates the map."""
+    for s in t.sets.values():
+        if s.is_map and len({e.key for e in s.elements}) != len(s.elements):
+            raise KeyError(f"two elements with one key in {s.name}")
 
 
 def _add_elements(t: _Table, set_name: str, new: NamedSet) -> None:

@@ -71,6 +71,9 @@ class Compiler:
         self._taken: dict[int, str] = {}  # slot → the name in it
         self._passed: dict[int, int] = {}  # slot → how many names' probes passed it (taken when they came)
         self._counts: dict[str, dict[Element, int]] = {}  # shared set → element → contributors
+        # one-value-per-key maps (compile.ONE_PER_KEY) → key → its claims, the winner first
+        self._claims: dict[str, dict[str, list[Element]]] = {}
+        self._contested: dict[str, dict[str, list[Element]]] = {}  # those of them with several claims
         self._shared: dict[str, NamedSet] = {}  # the shared sets with their elements, as last built
         self._chains = _ByName[Chain]()  # every chain (fixed and ports') by name, kept in name order
         self._sets = _ByName[NamedSet]()  # every set (shared and ports' own) by name, in name order
@@ -142,7 +145,9 @@ class Compiler:
                 self._chains.put(ch.name, ch)
         self._shared_sets(fixed, touched, fixed is before)
         sets, chains = self._sets.sorted(), self._chains.sorted()
-        index = Parts(fixed, self._port_parts.copy(), sets, chains)
+        contested = {name: {key: tuple(claims) for key, claims in by_key.items()}
+                     for name, by_key in self._contested.items() if by_key}
+        index = Parts(fixed, self._port_parts.copy(), sets, chains, contested)
         since = None
         if self._last is not None and not fresh:
             since = Since(weakref.ref(self._last), frozenset(changed))
@@ -222,6 +227,8 @@ class Compiler:
             else:
                 del counts[element]
                 touched.setdefault(set_name, set()).add(element)
+                if set_name in c.ONE_PER_KEY:
+                    self._unclaim(set_name, element)
 
     def _add(self, e: PortPart, touched: dict[str, set[Element]]) -> None:
         part = e.part
@@ -238,6 +245,55 @@ class Compiler:
             counts[element] = had + 1
             if not had:
                 touched.setdefault(set_name, set()).add(element)
+                if set_name in c.ONE_PER_KEY:
+                    self._claim(set_name, element)
+
+    def _claim(self, set_name: str, element: Element) -> None:
+        claims = self._claims.setdefault(set_name, {}).setdefault(element.key, [])
+        claims.append(element)
+        if len(claims) > 1:  # rare: two ports claim one address and port
+            claims.sort(key=c.claim_rank)
+            self._contested.setdefault(set_name, {})[element.key] = claims
+
+    def _unclaim(self, set_name: str, element: Element) -> None:
+        by_key = self._claims[set_name]
+        claims = by_key[element.key]
+        claims.remove(element)
+        if len(claims) < 2:
+            self._contested.get(set_name, {}).pop(element.key, None)
+        if not claims:
+            del by_key[element.key]
+
+    def _visible_changes(self, set_name: str, before: Elements, changed: set[Element]
+                         ) -> tuple[list[Element], list[Element]]:
+        """(removed, added) elements of a shared set after `changed` came or went: for a
+        one-value-per-key map, a key's element is its winning claim, which changes only when the
+        winner came or went."""
+        counts = self._counts.get(set_name, {})
+        if set_name not in c.ONE_PER_KEY:
+            return [e for e in changed if e not in counts], [e for e in changed if e in counts]
+        claims = self._claims.get(set_name, {})
+        removed: list[Element] = []
+        added: list[Element] = []
+        by_key: dict[str, list[Element]] = {}
+        for e in changed:
+            by_key.setdefault(e.key, []).append(e)
+        for key, touched in by_key.items():
+            now = claims.get(key)
+            new = now[0] if now else None
+            old = next((e for e in (*touched, *(now or ())) if e in before), None)
+            if old != new:
+                if old is not None:
+                    removed.append(old)
+                if new is not None:
+                    added.append(new)
+        return removed, added
+
+    def _present(self, set_name: str) -> list[Element]:
+        """Every element of a shared set the parts give it (a one-value-per-key map: the winners)."""
+        if set_name in c.ONE_PER_KEY:
+            return [claims[0] for claims in self._claims.get(set_name, {}).values()]
+        return list(self._counts.get(set_name, ()))
 
     # ── the fixed layer and the shared sets ──
 
@@ -267,12 +323,11 @@ class Compiler:
             elif before is not None and same and changed and not definition.elements \
                     and isinstance(before.elements, Elements):
                 # Only elements of the parts came or went: rebuild their chunks (hairpin: 100k pairs).
-                counts = self._counts.get(definition.name, {})
-                st = replace(before, elements=before.elements.changed(
-                    [e for e in changed if e not in counts], [e for e in changed if e in counts]))
+                removed, added = self._visible_changes(definition.name, before.elements, changed)
+                st = replace(before, elements=before.elements.changed(removed, added))
                 self._sets.put(st.name, st)
             else:
-                parts = Elements.of(self._counts.get(definition.name, ()))
+                parts = Elements.of(self._present(definition.name))
                 st = replace(definition, elements=definition.elements | parts if definition.elements else parts)
                 self._sets.put(st.name, st)
             shared[st.name] = st

@@ -170,6 +170,12 @@ def narrow(committed: Ruleset, desired: Ruleset) -> tuple[Ruleset, Ruleset] | No
     for part in (*before, *after):
         for name, e in part.elements:
             touched.setdefault(name, set()).add(e)
+    for index in (old, new):  # a contested key: every claim, the unchanged winner among them
+        for name, by_key in index.contested.items():
+            elements = touched.get(name)
+            if elements:
+                for e in list(elements):
+                    elements.update(by_key.get(e.key, ()))
     return _cut(committed, old, before, touched), _cut(desired, new, after, touched)
 
 
