@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import weakref
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from netkit.model import IPFamily
 from netkit.rules.backend import Since
 from netkit.rules.iptables import backend, names, ruleset
-from netkit.rules.iptables.ruleset import BUILTIN_CHAINS, Ruleset, expected_save, parse_chunks, read_expecting
+from netkit.rules.iptables.ruleset import (
+    BUILTIN_CHAINS,
+    ParseError,
+    Ruleset,
+    expected_save,
+    parse_chunks,
+    read_expecting,
+)
 
 V4 = IPFamily.IPV4
 TABLES = ("mangle", "filter", "nat")
@@ -149,3 +157,12 @@ def test_the_planner_compares_only_what_either_side_says_can_differ() -> None:
                            st.text("ABCXYZ-1234", max_size=6)).map("".join)))
 def test_the_owned_pattern_says_what_is_owned_says(chain: str) -> None:
     assert bool(names.OWNED.match(chain)) is names.is_owned(chain)
+
+
+def test_an_unreadable_line_after_an_expected_table_says_its_line() -> None:
+    known = Ruleset(V4, {"nat": {"KUBE-SERVICES": ("-j ACCEPT", "-j DROP")}})
+    text = legacy_save(known, "nat").replace("# Completed", "bogus\n# Completed")
+    with pytest.raises(ParseError, match=f"line {text.splitlines().index('bogus') + 1}: 'bogus' outside a table"):
+        read_expecting([pieces(text, [])], V4, known, {"nat": expected_save("nat", known.chains("nat"))})
+    with pytest.raises(ParseError, match=f"line {text.splitlines().index('bogus') + 1}: 'bogus' outside a table"):
+        parse_chunks(pieces(text, []), V4, reuse=known)

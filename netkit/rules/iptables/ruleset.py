@@ -204,6 +204,7 @@ def _read_table(reader: Reader, texts: Iterator[str], expected: Mapping[str, Exp
                 break
             assert reader.current is not None
             reader.current.update(want.chains)
+            reader.lineno += want.text.count("\n") - 1  # an error in what follows says its own line
             rest = "".join((buf[room:], *texts))  # iptables-save's closing comment
             _feed_text(reader, "COMMIT\n" + rest)
             return want.table if all(not line or line[0] == "#" for line in rest.split("\n")) else None
