@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState, build
 from netkit.rules.iptables import backend as ipt
@@ -131,3 +133,23 @@ def test_a_refused_apply_keeps_the_rules_and_the_next_sync_reads_the_kernel() ->
     ok = s.sync(cluster(["10.244.1.1"], ["10.244.2.9"]), full=False)
     assert ok.error is None and kernel.dumps == 2, "after a failure the kernel is read again"
     assert summarize(kernel.state)["default/b:http/tcp"] == ("10.244.2.9:8080",)
+
+
+@pytest.mark.parametrize("mode", ["iptables", "nftables", "ipvs"])
+def test_every_mode_reports_what_its_plan_wrote(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#15: a sync's `written` is its plan's own count (PlanStats: chains; nft chains, sets and
+    elements; IPVS servers and entries), not "1 chain" for whatever nftables or IPVS wrote."""
+    from netkit.rules.registry import backend
+    from tests.unit.test_backend_conformance import FAKES
+
+    be: Any = backend(mode)
+    fakes: list[Any] = []
+    monkeypatch.setattr(be, "kernel", lambda config, family, netns: fakes.append(FAKES[mode](family)) or fakes[-1])
+    s = Syncer(Config(mode=mode, node_name="node-a"), be, (IPFamily.IPV4,))
+    before, after = cluster(["10.244.1.1"], ["10.244.2.1"]), cluster(["10.244.1.1"], ["10.244.2.1", "10.244.2.2"])
+    assert s.sync(before, full=True).error is None
+    committed = s.committed[IPFamily.IPV4]
+    expected = be.plan(committed, be.compile(after, s.config, IPFamily.IPV4)).stats()
+    result = s.sync(after, full=False)
+    assert result.error is None and result.changed
+    assert result.written == expected.written + expected.deleted > 1
