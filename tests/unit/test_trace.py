@@ -123,3 +123,21 @@ def test_trace_command_in_both_modes(mode: str, capsys: pytest.CaptureFixture[st
     assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["endpoints"] == pytest.approx({"10.244.1.11:5353": 0.5, "10.244.2.11:5353": 0.5})
+
+
+def test_ipvs_trace_sends_no_new_connection_to_a_draining_real_server() -> None:
+    """A live dump during a partial sync holds a removed TCP endpoint at weight 0 while its
+    connections drain (ipvs/plan.py): rr/wrr give it no new connection, so the tracer must not."""
+    from dataclasses import replace
+
+    from netkit.rules.ipvs.ruleset import Ruleset as IPVSRuleset
+
+    state = build(load([str(EXAMPLES)]).objects, "node-a")
+    rules: IPVSRuleset = backend("ipvs").compile(state, CONFIG, IPFamily.IPV4)
+    vs = next(v for v in rules.services if str(v.key) == "tcp 10.96.0.10:80")
+    drained = replace(vs, reals=(replace(vs.reals[0], weight=0), *vs.reals[1:]))
+    live = replace(rules, services=tuple(drained if v is vs else v for v in rules.services))
+    pkt = Packet(ip_address("10.244.1.50"), ip_address("10.96.0.10"), 80, "tcp", local_addresses=state.node.ips)
+    got = {o.destination: o.probability for o in backend("ipvs").trace(live, pkt)}
+    assert f"{vs.reals[0].ip}:{vs.reals[0].port}" not in got and len(got) == len(vs.reals) - 1
+    assert sum(got.values()) == pytest.approx(1.0)
