@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from aiohttp import web
 
@@ -42,6 +42,7 @@ from netkit.model.conntrack import frontends, ports_to_check
 from netkit.model.state import StateBuilder
 from netkit.model.types import LAST_CHANGE_TRIGGER_TIME, EndpointSlice, Node
 from netkit.rules.backend import Backend, P, R
+from netkit.rules.iptables.plan import Plan as IptablesPlan
 from netkit.rules.registry import with_backend
 from netkit.runtime.conntrack import CleanupWorker, ConntrackCleaner, Reconciled
 from netkit.runtime.health import (
@@ -118,11 +119,10 @@ class Daemon:
         self.metrics.nfacct(cfg.nfacct_counters, lambda counter: nfacct.read(counter, options.netns))
         self.health = ProxyHealth(2 * cfg.sync_period, options.families, counts=self.metrics.count_probe)
 
-        self._plans = _PlanRecorder(backend)  # the plans each sync made (iptables rule metrics)
-        recording = cast(Backend[R, P], self._plans)
+        self._plans: list[tuple[object, object]] = []  # the (base, plan) pairs of the last sync
 
         def make_syncer(config: Config) -> SyncEngine:  # again once the Node's podCIDRs are known
-            return Syncer(config, recording, self.options.families, netns=self.options.netns)
+            return Syncer(config, backend, self.options.families, netns=self.options.netns, on_plan=self._record)
 
         self._make_syncer = make_syncer
         self.syncer = make_syncer(cfg)
@@ -383,7 +383,7 @@ class Daemon:
         for v in self._pending.values():
             v.clear()
         self._set_pending()
-        self._plans.plans = []
+        self._plans = []
         result = await asyncio.to_thread(self.syncer.sync, state, full=full)
         self.last_result = result
         self._observe(result, pending)
@@ -438,10 +438,10 @@ class Daemon:
 
     def _observe_rules(self, result: SyncResult, state: NodeState) -> None:
         self.metrics.no_local_endpoints(state)
-        plans, self._plans.plans = self._plans.plans, []
-        if self.options.config.mode != "iptables":
-            return
+        plans, self._plans = self._plans, []
         for base, plan in plans:
+            if not isinstance(plan, IptablesPlan):  # the iptables rule gauges exist in iptables mode only
+                continue
             f = plan.family
             if result.full or f not in self._rule_totals:  # a full count on full syncs, else by the plan
                 total, last = count_rules(self.syncer.committed.get(f)), plan_rules(plan, base, {})[1]
@@ -449,6 +449,10 @@ class Daemon:
                 total, last = plan_rules(plan, base, self._rule_totals[f])
             self._rule_totals[f] = total
             self.metrics.iptables_rules(f, total, last)
+
+    def _record(self, base: object, plan: object) -> None:
+        """The syncer's on_plan (called on its thread): what each sync planned, read by _observe_rules."""
+        self._plans.append((base, plan))
 
     def _cleaned(self, result: Reconciled) -> None:
         """The conntrack worker's report (called on its thread)."""
@@ -509,19 +513,3 @@ def _trigger_time(obj: Any) -> float | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-class _PlanRecorder:
-    """The backend as the syncer sees it, keeping each (base, plan) it plans (read after a sync)."""
-
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-        self.plans: list[tuple[Any, Any]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._backend, name)
-
-    def plan(self, committed: Any, desired: Any) -> Any:
-        plan = self._backend.plan(committed, desired)
-        self.plans.append((committed, plan))
-        return plan

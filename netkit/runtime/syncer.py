@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol
 
@@ -57,9 +57,10 @@ class SyncEngine(Protocol):
 
 class Syncer(Generic[R, P]):
     def __init__(self, config: Config, backend: Backend[R, P], families: Sequence[IPFamily], *,
-                 netns: str | None = None) -> None:
+                 netns: str | None = None, on_plan: Callable[[R, P], None] | None = None) -> None:
         self.config = config
         self.backend = backend
+        self.on_plan = on_plan  # told every (base, plan) a sync makes (the daemon's iptables rule metrics)
         self.families = tuple(families)
         self.kernels: dict[IPFamily, Kernel[R, P]] = {f: backend.kernel(config, f, netns) for f in self.families}
         # Each remembers unchanged service ports between syncs, and tells the planner what can differ.
@@ -88,6 +89,8 @@ class Syncer(Generic[R, P]):
         else:
             base = self.committed[family]  # the planner compares only what the compiler says can differ
         plan = self.backend.plan(base, desired)
+        if self.on_plan is not None:
+            self.on_plan(base, plan)
         if plan.empty:
             self.committed[family] = desired
             return 0

@@ -87,6 +87,9 @@ def test_health_and_metrics_of_a_running_daemon(netns: str, tmp_path: Path) -> N
                      if line.startswith("kubeproxy_sync_proxy_rules_duration_seconds_count")]
             assert float(count[0].split()[-1]) >= 1
             assert "kubeproxy_sync_proxy_rules_endpoint_changes_total" in text
+            nat = [line for line in text.splitlines() if line.startswith("kubeproxy_sync_proxy_rules_iptables_total{")
+                   and 'ip_family="IPv4"' in line and 'table="nat"' in line]
+            assert nat and float(nat[0].split()[-1]) > 0, "the syncer tells the daemon what it planned"
 
     run(scenario(), timeout=40)
 
