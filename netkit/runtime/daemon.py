@@ -43,6 +43,7 @@ from netkit.model.state import StateBuilder
 from netkit.model.types import LAST_CHANGE_TRIGGER_TIME, EndpointSlice, Node
 from netkit.rules.backend import Backend, P, R
 from netkit.rules.iptables.plan import Plan as IptablesPlan
+from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
 from netkit.rules.registry import with_backend
 from netkit.runtime.conntrack import CleanupWorker, ConntrackCleaner, Reconciled
 from netkit.runtime.health import (
@@ -440,11 +441,13 @@ class Daemon:
         self.metrics.no_local_endpoints(state)
         plans, self._plans = self._plans, []
         for base, plan in plans:
-            if not isinstance(plan, IptablesPlan):  # the iptables rule gauges exist in iptables mode only
-                continue
+            if not isinstance(plan, IptablesPlan) or not isinstance(base, IptablesRuleset):
+                continue  # the iptables rule gauges exist in iptables mode only
             f = plan.family
             if result.full or f not in self._rule_totals:  # a full count on full syncs, else by the plan
-                total, last = count_rules(self.syncer.committed.get(f)), plan_rules(plan, base, {})[1]
+                committed = self.syncer.committed.get(f)
+                total = count_rules(committed if isinstance(committed, IptablesRuleset) else None)
+                last = plan_rules(plan, base, {})[1]
             else:
                 total, last = plan_rules(plan, base, self._rule_totals[f])
             self._rule_totals[f] = total
