@@ -110,6 +110,8 @@ def _common(p: argparse.ArgumentParser, *, kernel: bool = False) -> None:
                    help="only this family (default: both)")
     if kernel:
         _kernel_options(p)
+    else:  # no kernel options: the commands read them all the same
+        p.set_defaults(netns=None, iptables_backend=None)
 
 
 def _kernel_options(p: argparse.ArgumentParser) -> None:
@@ -125,7 +127,7 @@ def _families(args: argparse.Namespace) -> tuple[IPFamily, ...]:
 def _setup(args: argparse.Namespace, config: Config | None = None) -> Inputs:
     check_netns(args)
     inputs = load_inputs(args, config)
-    if config is None and getattr(args, "iptables_backend", None):
+    if config is None and args.iptables_backend:
         inputs = replace(inputs, config=replace(inputs.config, iptables_backend=args.iptables_backend))
     _check_netns(args)
     return inputs
@@ -151,7 +153,7 @@ def _ports(inputs: Inputs, family: IPFamily) -> int:
 
 def _check_netns(args: argparse.Namespace) -> None:
     check_netns(args)
-    if getattr(args, "netns", None) and not exists(args.netns):
+    if args.netns and not exists(args.netns):
         raise NetkitError(f"--netns {args.netns}: no such network namespace (see `ip netns list`)")
 
 
@@ -357,7 +359,7 @@ def _with_nfacct(inputs: Inputs, args: argparse.Namespace) -> Inputs:
     (`netkit run` and kube-proxy create them), so their rules compare equal; none are created here."""
     if inputs.config.mode != "iptables":
         return inputs
-    counters = nfacct.existing(getattr(args, "netns", None))
+    counters = nfacct.existing(args.netns)
     return replace(inputs, config=replace(inputs.config, nfacct_counters=counters)) if counters else inputs
 
 
