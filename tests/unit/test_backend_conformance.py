@@ -132,3 +132,28 @@ def test_one_parse_error_for_every_reader() -> None:
     assert issubclass(errors.ParseError, errors.NetkitError)
     with pytest.raises(errors.ParseError):
         rule.read('-A X -m comment --comment "unbalanced')
+
+
+def test_the_interface_is_a_contract_not_a_hope() -> None:
+    """#15 / house style 10, kept true by a test: no `Any` in the backend interface or a backend's
+    members, and no `cast` or `getattr` probe on the way from the CLI and the daemon to the kernel."""
+    import ast
+    import re
+
+    from tests.conftest import ROOT
+
+    pkg = ROOT / "netkit"
+    typed = [pkg / "rules" / "backend.py", *sorted((pkg / "rules").glob("*/backend.py"))]
+    no_probes = [pkg / "cli" / "commands.py", pkg / "cli" / "tracing.py", pkg / "runtime" / "syncer.py",
+                 pkg / "runtime" / "daemon.py", *typed]
+    for path in typed:
+        tree = ast.parse(path.read_text())
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        notes = [ast.unparse(a) for n in ast.walk(tree) for a in (
+            [n.returns, *(x.annotation for x in (*n.args.args, *n.args.kwonlyargs))]
+            if isinstance(n, ast.FunctionDef) else [n.annotation] if isinstance(n, ast.AnnAssign) else []) if a]
+        assert "Any" not in names and not any(re.search(r"\bAny\b", a) for a in notes), path
+    for path in no_probes:
+        calls = {n.func.id for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert not calls & {"cast", "getattr", "hasattr"}, (path, calls & {"cast", "getattr", "hasattr"})
