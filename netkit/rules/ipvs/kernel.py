@@ -107,10 +107,12 @@ class IPVSKernel:
             if svc.af != self.af:
                 continue
             key = nlk.service_key(svc.af, svc.protocol, svc.addr, svc.port, svc.fwmark)
-            rows = nl.dest_fields(key, svc.af, reader)
-            vs = VirtualServer(_NUM_PROTO.get(svc.protocol, Protocol.TCP), svc.addr, svc.port, svc.scheduler,
-                               svc.timeout if svc.flags & nlk.PERSISTENT else None, svc.fwmark, self.family)
-            out.append(_shared(vs, rows, index.get(vs.key)))
+            proto = _NUM_PROTO.get(svc.protocol, Protocol.TCP)
+            was = index.get(rs.VSKey(proto, svc.addr, svc.port, svc.fwmark))
+            reals = _reals(nl.dest_fields(key, svc.af, reader), was)
+            vs = VirtualServer(proto, svc.addr, svc.port, svc.scheduler,
+                               svc.timeout if svc.flags & nlk.PERSISTENT else None, svc.fwmark, self.family, reals)
+            out.append(was if was is not None and reals is was.reals and vs == was else vs)
         return out
 
     def _addresses(self) -> frozenset[IPAddress]:
@@ -280,15 +282,14 @@ class IPVSKernel:
         return f" in network namespace {self.netns}" if self.netns else ""
 
 
-def _shared(vs: VirtualServer, rows: list[nlk.DestFields], was: VirtualServer | None) -> VirtualServer:
-    """`vs` with the real servers read (`rows`); `was`'s tuple of them when they are the same,
-    connection counts included, and `was` itself when it is then equal."""
+def _reals(rows: list[nlk.DestFields], was: VirtualServer | None) -> tuple[RealServer, ...]:
+    """The real servers read (`rows`): `was`'s tuple of them when they are the same, connection
+    counts included."""
     if was is not None and len(rows) == len(was.reals) and all(
             r.ip == f[0] and r.port == f[1] and r.weight == f[2] and r.active == f[3] and r.inactive == f[4]
             for r, f in zip(was.reals, rows, strict=True)):
-        vs = replace(vs, reals=was.reals)
-        return was if vs == was else vs
-    return replace(vs, reals=tuple(RealServer(*f) for f in rows))
+        return was.reals
+    return tuple(RealServer(*f) for f in rows)
 
 
 def _what(verb: str, vs: VirtualServer, r: RealServer | None = None) -> Callable[[], str]:
