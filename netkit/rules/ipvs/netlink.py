@@ -204,8 +204,9 @@ class DestReader:
     same way (ip_vs_genl_fill_dest: fixed attributes in a fixed order), so the first message of each
     length is walked attribute by attribute to learn where each field sits, and the others are read
     with one `struct` call, their attribute headers checked against the learned ones (a message that
-    does not match is walked again). ~6× faster than `decode_dest` (33,000 real servers: 0.26 →
-    0.04 s here; in the test VM the decode was most of a full sync). Addresses are interned: a real
+    does not match is walked again). With the RealServer objects made and sorted, 33,000 real
+    servers took 0.52 s through `decode_dest` and 0.15 s so on this (loaded) host; in the test VM
+    the decode was most of a full sync. Addresses are interned: a real
     server is in several virtual servers (cluster IP, node ports, external IPs)."""
 
     def __init__(self) -> None:
