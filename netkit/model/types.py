@@ -104,6 +104,8 @@ class Service:
     internal_traffic_policy: TrafficPolicy = TrafficPolicy.CLUSTER
     health_check_node_port: int | None = None
     publish_not_ready_addresses: bool = False
+    # Read by no proxy decision, as in kube-proxy (pkg/proxy/topology.go uses only the endpoints'
+    # hints, which the EndpointSlice controller derives from it); kept for what the Service says.
     traffic_distribution: str | None = None
     external_name: str | None = None
     labels: tuple[tuple[str, str], ...] = ()

@@ -156,3 +156,18 @@ def test_the_model_decides_where_each_kind_of_traffic_goes(
     assert (len(got_internal.endpoints), got_internal.local, got_internal.verdict) == internal
     if spec.get("type") == "NodePort":
         assert (len(got_external.endpoints), got_external.local, got_external.verdict) == external
+
+
+def test_traffic_distribution_acts_through_the_hints_only() -> None:
+    """As kube-proxy's topology code: trafficDistribution itself changes nothing on the node; the
+    EndpointSlice controller's hints do (PreferClose → hints.forZones)."""
+    eps = [endpoint("10.244.1.1", "node-a", zone="zone-a"), endpoint("10.244.2.1", "node-b", zone="zone-b")]
+    hinted = [dict(e, hints={"forZones": [{"name": e["zone"]}]}) for e in eps]
+
+    def cluster(spec: dict[str, Any], endpoints: list[dict[str, Any]]) -> list[str]:
+        state = build(objects(node(), service(**spec), slice_(endpoints=endpoints)), "node-a")
+        return [str(e.ip) for e in state.ports[0].cluster_endpoints]
+
+    prefer = {"trafficDistribution": "PreferClose"}
+    assert cluster(prefer, eps) == cluster({}, eps) == ["10.244.1.1", "10.244.2.1"]
+    assert cluster(prefer, hinted) == cluster({}, hinted) == ["10.244.1.1"]
