@@ -1,10 +1,11 @@
 """Reading ipsets over nfnetlink (NFNL_SUBSYS_IPSET), decoded by hand: the dump's transport.
 
-`ipset save` cost ~21–23 s for the ~36,000 entries of 3,000 services in the test VM (TCG), where the
-tool's own work is emulated (~60 s at 10,000); read here, 0.8 s. Here the kernel's list dump of each of netkit's sets is
-read over one socket and each entry decoded into the text `ipset save` prints for it (the spelling
-`IPSet.entries` holds and the planner compares: see netkit.rules.ipvs.entries), so nothing else
-changes. Only netkit's sets are asked for, by name (a set that does not exist answers ENOENT).
+`ipset save` cost ~21–23 s for the ~36,000 entries of 3,000 services in the test VM (TCG), where
+the tool's own work is emulated (~60 s at 10,000). Here the kernel's list dump of each of netkit's
+sets is read over one socket (0.8 s for the same sets) and each entry decoded into the text
+`ipset save` prints for it (the spelling `IPSet.entries` holds and the planner compares: see
+netkit.rules.ipvs.entries), so nothing else changes. Only netkit's sets are asked for, by name
+(a set that does not exist answers ENOENT).
 
 The layout is include/uapi/linux/netfilter/ipset/ip_set.h and net/netfilter/ipset/ip_set_core.c
 (ip_set_dump_do): a dump message carries IPSET_ATTR_SETNAME and, in the first message of a set,
