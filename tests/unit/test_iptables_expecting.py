@@ -48,7 +48,12 @@ def pieces(text: str, cuts: list[int]) -> list[bytes]:
 
 def read_fast(live: Ruleset, known: Ruleset, cuts: list[int]) -> Ruleset:
     expected = {t: expected_save(t, known.chains(t)) for t in TABLES if known.chains(t)}
-    return read_expecting([pieces(legacy_save(live, t, "[7:420]"), cuts) for t in TABLES], V4, known, expected)
+    read, matched = read_expecting([pieces(legacy_save(live, t, "[7:420]"), cuts) for t in TABLES], V4, known,
+                                   expected)
+    assert matched <= set(expected)
+    if live == known:
+        assert matched == set(expected)
+    return read
 
 
 def read_both(live: Ruleset, known: Ruleset, cuts: list[int]) -> tuple[Ruleset, Ruleset]:
@@ -142,7 +147,7 @@ def test_the_planner_compares_only_what_either_side_says_can_differ() -> None:
                                      "KUBE-SVC-AAAB": ("-j DROP",)}})
     live = Ruleset(V4, {"nat": {**committed.chains("nat"), "KUBE-SVC-AAAA": ("-j RETURN",)}})
     texts = [pieces(legacy_save(live, t), []) for t in TABLES]
-    read = read_expecting(texts, V4, committed, {"nat": expected_save("nat", committed.chains("nat"))})
+    read, _ = read_expecting(texts, V4, committed, {"nat": expected_save("nat", committed.chains("nat"))})
     desired = Ruleset(V4, {"nat": {**committed.chains("nat"), "KUBE-SVC-AAAB": ("-j ACCEPT",)}},
                       since=Since(weakref.ref(committed), frozenset({"KUBE-SVC-AAAB"})))
     p = backend.plan(read, desired)
@@ -166,3 +171,19 @@ def test_an_unreadable_line_after_an_expected_table_says_its_line() -> None:
         read_expecting([pieces(text, [])], V4, known, {"nat": expected_save("nat", known.chains("nat"))})
     with pytest.raises(ParseError, match=f"line {text.splitlines().index('bogus') + 1}: 'bogus' outside a table"):
         parse_chunks(pieces(text, []), V4, reuse=known)
+
+
+def test_chains_expected_from_elsewhere_are_named_as_differing() -> None:
+    """The kernel edge expects other software's chains and rules as it last read them: read as
+    expected, they are still named as differing from the committed ruleset (the planner looks)."""
+    known = Ruleset(V4, {"nat": {"PREROUTING": ("-j KUBE-SERVICES",), "KUBE-SERVICES": ("-j ACCEPT",)}})
+    held = {"PREROUTING": ("-j KUBE-SERVICES", "-j DOCKER"), "KUBE-SERVICES": known.rules("nat", "KUBE-SERVICES"),
+            "DOCKER": ("-j RETURN",)}
+    text = legacy_save(Ruleset(V4, {"nat": held}), "nat")
+    read, matched = read_expecting([pieces(text, [])], V4, known,
+                                   {"nat": expected_save("nat", held, frozenset({"PREROUTING", "DOCKER"}))})
+    assert matched == {"nat"}
+    assert read == parse_chunks(pieces(text, []), V4)
+    assert read.since is not None and {"PREROUTING", "DOCKER"} <= read.since.changed
+    assert read.rules("nat", "KUBE-SERVICES") is known.rules("nat", "KUBE-SERVICES")
+    assert "KUBE-SERVICES" not in read.since.changed

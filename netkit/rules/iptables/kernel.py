@@ -36,7 +36,15 @@ from netkit.rules.iptables.commits import commits
 from netkit.rules.iptables.names import OWNED, is_owned
 from netkit.rules.iptables.plan import Plan, batches, render_plan, render_plan_lines
 from netkit.rules.iptables.rule import read
-from netkit.rules.iptables.ruleset import Chains, Ruleset, expected_save, is_builtin, parse_chunks, read_expecting
+from netkit.rules.iptables.ruleset import (
+    BUILTIN_CHAINS,
+    Expected,
+    Ruleset,
+    expected_save,
+    is_builtin,
+    parse_chunks,
+    read_expecting,
+)
 
 TABLES = ("mangle", "filter", "nat")
 NFT_BATCH_CHAINS = 2000  # ~0.4 s a batch on this kind of machine; see plan.batches
@@ -94,25 +102,34 @@ class IptablesKernel:
             return parse_chunks(self._save_chunks(TABLES), self.family, reuse=committed)
         procs = [self._start_save(table) for table in TABLES]
         try:
-            expected = {t: expected_save(t, self._should_hold(t, committed)) for t in TABLES if committed.chains(t)}
-            return self._remember(read_expecting((self._read_save(t, p) for t, p in zip(TABLES, procs, strict=True)),
-                                                 self.family, committed, expected))
+            expected = {t: self._should_hold(t, committed) for t in TABLES if committed.chains(t)}
+            live, matched = read_expecting((self._read_save(t, p) for t, p in zip(TABLES, procs, strict=True)),
+                                           self.family, committed, expected)
+            return self._remember(live, matched)
         finally:
             for proc in procs:
                 _reap(proc)
 
-    def _should_hold(self, table: str, committed: Ruleset) -> Chains:
-        """`committed`'s chains of `table`, and the others (other software's, the built-in ones with
-        its rules and netkit's jumps) as this kernel edge last saw and changed them."""
+    def _should_hold(self, table: str, committed: Ruleset) -> Expected:
+        """The text of `committed`'s chains of `table`, and the others (other software's, the built-in
+        ones with its rules and netkit's jumps) as this kernel edge last saw and changed them."""
         mine = committed.chains(table)
-        chains = dict(mine)
+        chains, differs = dict(mine), set()
         for chain, rules in self._seen.get(table, {}).items():  # a few: kept as committed's where equal
-            chains[chain] = same if (same := mine.get(chain)) == rules and same is not None else rules
-        return chains
+            same = mine.get(chain)
+            chains[chain] = same if same is not None and same == rules else rules
+            if chains[chain] is not same:
+                differs.add(chain)
+        return expected_save(table, chains, frozenset(differs))
 
-    def _remember(self, live: Ruleset) -> Ruleset:
+    def _remember(self, live: Ruleset, unchanged: frozenset[str] = frozenset()) -> Ruleset:
+        """Keep what is not netkit's of each table read (`unchanged`: read as expected, so as kept)."""
         for table, chains in live.tables.items():
-            self._seen[table] = {c: chains[c] for c in filterfalse(OWNED.match, chains)}
+            seen = self._seen.get(table)
+            if table in unchanged and seen is not None:
+                seen.update((c, chains[c]) for c in BUILTIN_CHAINS.get(table, ()) if c in chains and c not in seen)
+            else:
+                self._seen[table] = {c: chains[c] for c in filterfalse(OWNED.match, chains)}
         return live
 
     def _save_chunks(self, tables: tuple[str, ...]) -> Iterator[bytes]:

@@ -152,14 +152,16 @@ def _feed_chunks(reader: Reader, chunks: Iterable[bytes], pending: bytes = b"") 
 @dataclass(frozen=True, slots=True)
 class Expected:
     """What iptables-legacy-save prints of `table` after its built-in chains' declarations, up to
-    and with COMMIT, when the kernel holds exactly `chains` (which that text reads as)."""
+    and with COMMIT, when the kernel holds exactly `chains` (which that text reads as); `differs`:
+    the chains of those that are not the very tuples of the ruleset the dump is read against."""
 
     table: str
     text: str
     chains: Chains
+    differs: frozenset[str] = frozenset()
 
 
-def expected_save(table: str, known: Chains) -> Expected:
+def expected_save(table: str, known: Chains, differs: frozenset[str] = frozenset()) -> Expected:
     builtins = [c for c in BUILTIN_CHAINS.get(table, ()) if c in known]
     users = sorted(c for c in known if not is_builtin(table, c))  # str order is strcmp's for ASCII names
     order = [*builtins, *users]
@@ -167,20 +169,20 @@ def expected_save(table: str, known: Chains) -> Expected:
     prefixes = concat.from_iterable(map(repeat, map("-A {} ".format, order), map(len, rules)))
     lines = concat.from_iterable(zip(prefixes, concat.from_iterable(rules), repeat("\n")))
     text = "".join(concat(map(":{} - [0:0]\n".format, users), lines, ("COMMIT\n",)))
-    return Expected(table, text, dict(zip(order, rules, strict=True)))
+    return Expected(table, text, dict(zip(order, rules, strict=True)), differs)
 
 
 def read_expecting(tables: Iterable[Iterable[bytes]], family: IPFamily, known: Ruleset,
-                   expected: Mapping[str, Expected]) -> Ruleset:
+                   expected: Mapping[str, Expected]) -> tuple[Ruleset, frozenset[str]]:
     """`parse_chunks(..., reuse=known)` of iptables-save's output, one iterable of pieces per table,
     comparing each table with its `expected` text first (built from `known`, or from what else the
-    kernel is expected to hold besides). The result's `since` names every chain that can differ
-    from `known` (for the planner: the rest are `known`'s very tuples)."""
+    kernel is expected to hold besides); and the tables that equalled it. The result's `since`
+    names every chain that can differ from `known` (for the planner: the rest are `known`'s very
+    tuples)."""
     reader = Reader(family, reuse=known)
-    for chunks in tables:
-        _read_table(reader, _texts(chunks), expected)
+    matched = frozenset(t for chunks in tables if (t := _read_table(reader, _texts(chunks), expected)))
     result = reader.result()
-    return replace(result, since=Since(weakref.ref(known), _differing(result, known)))
+    return replace(result, since=Since(weakref.ref(known), _differing(result, known, expected, matched))), matched
 
 
 def _read_table(reader: Reader, texts: Iterator[str], expected: Mapping[str, Expected]) -> str | None:
@@ -252,10 +254,15 @@ def _feed_text(reader: Reader, text: str) -> None:
         reader.feed(text[:-1].split("\n") if text[-1] == "\n" else text.split("\n"))
 
 
-def _differing(result: Ruleset, known: Ruleset) -> frozenset[str]:
+def _differing(result: Ruleset, known: Ruleset, expected: Mapping[str, Expected],
+               matched: frozenset[str]) -> frozenset[str]:
     out: set[str] = set()
     for table in set(result.tables) | set(known.tables):
         mine, theirs = result.chains(table), known.chains(table)
+        if table in matched:  # the expected chains, and the built-in ones the header declared
+            out.update(expected[table].differs)
+            out.update(c for c in BUILTIN_CHAINS.get(table, ()) if c in mine and mine[c] is not theirs.get(c))
+            continue
         out.update(compress(mine, map(is_not, mine.values(), map(theirs.get, mine))))
         out.update(theirs.keys() - mine.keys())
     return frozenset(out)
