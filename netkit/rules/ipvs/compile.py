@@ -26,8 +26,8 @@
 
 Per service port, `compile_port(ctx, sp, mark) → Part`: its virtual servers, addresses, set entries
 and mangle rules. `Compiler` keeps the Part of every ServicePortState it has seen, keyed on the
-object's identity, and the totals (reference counts of addresses and set entries, the virtual
-servers by key, their sorted order), so a sync after one EndpointSlice change compiles one service
+object's identity in the memo every backend shares (rules/memo.py), and the totals (reference
+counts of addresses and set entries, the virtual servers by key, their sorted order), so a sync after one EndpointSlice change compiles one service
 port and rebuilds only the sets it touched; `changed_since` then tells the planner which virtual
 servers, sets and chains can differ (`Changes`). `compile()` is a fresh Compiler's first compile:
 the full and the incremental path are one code path.
@@ -62,6 +62,7 @@ from netkit.rules.ipvs.ruleset import (
     hostport,
     with_index,
 )
+from netkit.rules.memo import PortMemo
 
 SCHEDULER_ANNOTATION = "kube-router.io/service.scheduler"
 
@@ -87,6 +88,15 @@ class Part:
     entries: tuple[tuple[str, str], ...]  # (set base name, entry); its kube-ipvs0 addresses are IPVS_IPS entries
     addresses: tuple[IPAddress, ...]
     mangle: tuple[str, ...]  # its KUBE-IPVS-INTERNAL rules (canonical text)
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """What the Compiler remembers of one service port: the Part made from it with this mark."""
+
+    port: ServicePortState
+    mark: int
+    part: Part
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +173,7 @@ class Compiler:
 
     def _reset(self, node_ips: tuple[IPAddress, ...] | None) -> None:
         self._node_ips = node_ips
-        self._memo: dict[int, tuple[ServicePortState, int, Part]] = {}
+        self._memo: PortMemo[_Compiled] = PortMemo()  # a port's Part, kept while its mark stays
         self._services: dict[VSKey, VirtualServer] = {}
         self._contenders: dict[VSKey, list[VirtualServer]] = {}  # keys that two service ports claim
         self._sorted: list[VirtualServer] = []  # the winners, sorted by key
@@ -203,23 +213,16 @@ class Compiler:
         """Every port: an unchanged one (the very object, the same mark) keeps its Part."""
         marks = fwmarks(ports)
         self._marks = {_mark_key(sp): m for sp in ports if (m := marks.get(id(sp), 0))}
-        old, memo = self._memo, {}
-        pop = old.pop
-        for sp in ports:
-            ident = id(sp)
-            mark = marks.get(ident, 0) if marks else 0
-            hit = pop(ident, None)
-            if hit is not None:
-                if hit[0] is sp and hit[1] == mark:
-                    memo[ident] = hit
-                    continue
-                self._remove(ident, hit[2], t)
-            part = compile_port(ctx, sp, mark)
-            self._add(ident, sp, part, t)
-            memo[ident] = (sp, mark, part)
-        for ident, (_, _, part) in old.items():  # service ports that changed or went away
-            self._remove(ident, part, t)
-        self._memo = memo
+
+        def compiled(sp: ServicePortState) -> _Compiled:
+            mark = marks.get(id(sp), 0)
+            return _Compiled(sp, mark, compile_port(ctx, sp, mark))
+
+        walk = self._memo.run(ports, compiled, keep=lambda c: c.mark == marks.get(id(c.port), 0))
+        for c in walk.gone:  # service ports that changed, went away or whose mark moved
+            self._remove(id(c.port), c.part, t)
+        for c in walk.came:
+            self._add(id(c.port), c.port, c.part, t)
 
     def _follow(self, ctx: Context, changes: PortChanges, t: _Touched) -> bool:
         """Only the ports NodeState.changes names (every other one is the very object it was):
@@ -230,15 +233,15 @@ class Compiler:
         dropped = {_mark_key(sp) for sp in gone if _needs_fwmark(sp)}
         if (self._marks.keys() - dropped) | {_mark_key(sp) for sp in came if _needs_fwmark(sp)} != self._marks.keys():
             return False
-        for sp in gone:
-            hit = self._memo.pop(id(sp), None)
-            if hit is not None and hit[0] is sp:
-                self._remove(id(sp), hit[2], t)
-        for sp in came:
+        def compiled(sp: ServicePortState) -> _Compiled:
             mark = self._marks[_mark_key(sp)] if _needs_fwmark(sp) else 0
-            part = compile_port(ctx, sp, mark)
-            self._add(id(sp), sp, part, t)
-            self._memo[id(sp)] = (sp, mark, part)
+            return _Compiled(sp, mark, compile_port(ctx, sp, mark))
+
+        came_parts, gone_parts = self._memo.update(gone, came, compiled)
+        for c in gone_parts:
+            self._remove(id(c.port), c.part, t)
+        for c in came_parts:
+            self._add(id(c.port), c.port, c.part, t)
         return True
 
     def changed_since(self, previous: Ruleset) -> Changes | None:
