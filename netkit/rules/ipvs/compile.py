@@ -27,9 +27,10 @@
 Per service port, `compile_port(ctx, sp, mark) → Part`: its virtual servers, addresses, set entries
 and mangle rules. `Compiler` keeps the Part of every ServicePortState it has seen, keyed on the
 object's identity in the memo every backend shares (rules/memo.py), and the totals (reference
-counts of addresses and set entries, the virtual servers by key, their sorted order), so a sync after one EndpointSlice change compiles one service
-port and rebuilds only the sets it touched; `changed_since` then tells the planner which virtual
-servers, sets and chains can differ (`Changes`). `compile()` is a fresh Compiler's first compile:
+counts of addresses and set entries, the virtual servers by key, their sorted order), so a sync
+after one EndpointSlice change compiles one service port and rebuilds only the sets it touched;
+`changed_since` then tells the planner which virtual servers, sets and chains can differ
+(`Changes`). `compile()` is a fresh Compiler's first compile:
 the full and the incremental path are one code path.
 """
 
