@@ -16,6 +16,9 @@ One `IptablesKernel` per (family, backend, network namespace). Constructing it d
   that safe point, saying what is written (the CLI sets it on SIGINT). The tools run in their own
   process group, so a Ctrl-C at the terminal never kills one half-way.
 - `cleanup()` removes netkit's jumps from the built-in chains and every netkit chain, nothing else.
+- `dump_reusing(committed)` (a full sync) with legacy compares each table with the text the kernel
+  should print — `committed`, and what is not netkit's as this edge last read it plus the jumps it
+  inserted since — and parses only a table that differs (ruleset.read_expecting).
 """
 
 from __future__ import annotations
