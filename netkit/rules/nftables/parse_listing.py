@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from itertools import repeat
 
 from netkit.rules.nftables.parse import ParseError, anonymous, shared
 from netkit.rules.nftables.rule import (
@@ -64,8 +65,7 @@ def parse_listing(lines: Iterable[str], family: str, table: str, *, like: Rulese
     """The table `table` of `family` in the listing (None when the listing is empty); raises
     Unrecognised on anything the reader does not know. `like`: as in parse.parse (equal sets and
     chains are shared with it)."""
-    stripped = (line.strip() for line in lines)
-    body = (line for line in stripped if line)
+    body = _stripped(lines)
     first = next(body, None)
     if first is None:
         return None
@@ -88,6 +88,14 @@ def parse_listing(lines: Iterable[str], family: str, table: str, *, like: Rulese
         else:
             sets.append(shared(_set(name, kind == "map", body), old_sets))
     raise Unrecognised("listing ends inside the table")
+
+
+def _stripped(lines: Iterable[str]) -> Iterator[str]:
+    """The listing's lines without indentation, blank ones left out."""
+    for line in lines:
+        line = line.strip()
+        if line:
+            yield line
 
 
 _NAME = r"[A-Za-z0-9_./:\-]+"
@@ -280,14 +288,8 @@ def _set(name: str, is_map: bool, lines: Iterator[str]) -> NamedSet:
         if line.startswith("elements = {"):
             if key is None or is_map != (value is not None):
                 raise Unrecognised(f"set {name}: elements before its type")
-            listed = _element_lines(name, line, lines)
             # a dynamic set's elements are runtime state (clients seen, with timeouts): not read
-            if "dynamic" in flags:
-                elements = []
-                for _ in listed:
-                    pass
-            else:
-                elements = _elements(name, value, listed)
+            elements = _elements(name, None if "dynamic" in flags else value, line, lines, read="dynamic" not in flags)
         elif line.startswith("type "):
             key, value = _type(name, line)
         elif (typeof := _TYPEOF.fullmatch(line)) is not None:
@@ -308,42 +310,45 @@ def _type(name: str, line: str) -> tuple[tuple[str, ...], str | None]:
     return tuple(found[1].split(" . ")), found[2]
 
 
-_KEY = r"(?:[0-9a-f:.]+(?:/[0-9]+)?|tcp|udp|sctp)(?: \. (?:[0-9a-f:.]+(?:/[0-9]+)?|tcp|udp|sctp))*"
-_VERDICT = rf"(?:goto|jump) {_NAME}|accept|drop|return|continue"
-# one line of elements (several to a line, as nft wraps them), checked with one match
-_SET_LINE = re.compile(rf"{_KEY}(?:, {_KEY})*,?")
-_VERDICT_MAP_LINE = re.compile(rf"{_KEY} : (?:{_VERDICT})(?:, {_KEY} : (?:{_VERDICT}))*,?")
-_DATA_MAP_LINE = re.compile(rf"{_KEY} : {_KEY}(?:, {_KEY} : {_KEY})*,?")
+# The elements of a set, all its lines joined, checked with one match. Possessive quantifiers
+# (`++`, `*+`: never given back) because the words they take end where the next separator starts:
+# the same strings match, 6× faster (54 ms → 8 ms for 100,000 hairpin pairs).
+_WORD = r"(?:[0-9a-f:.]++(?:/[0-9]++)?+|tcp|udp|sctp)"
+_KEY = rf"{_WORD}(?: \. {_WORD})*+"
+_VERDICT = r"(?:(?:goto|jump) [A-Za-z0-9_./:\-]++|accept|drop|return|continue)"
+_SET_LINE = re.compile(rf"{_KEY}(?:, {_KEY})*+,?")
+_VERDICT_MAP_LINE = re.compile(rf"{_KEY} : {_VERDICT}(?:, {_KEY} : {_VERDICT})*+,?")
+_DATA_MAP_LINE = re.compile(rf"{_KEY} : {_KEY}(?:, {_KEY} : {_KEY})*+,?")
 
 
-def _element_lines(name: str, first: str, lines: Iterator[str]) -> Iterator[str]:
-    """`elements = { a, b,` … `c }`: nft wraps the elements over lines, several to a line; the
-    text of each line between the braces."""
-    line = first[len("elements = {"):]
-    while not line.endswith("}"):
-        yield line
-        line = next(lines, "")
-        if not line:
+def _elements(name: str, value: str | None, first: str, lines: Iterator[str], *, read: bool) -> list[Element]:
+    """`elements = { a, b,` … `c }`: nft wraps the elements over lines, several to a line (`read`
+    False: the lines are passed over). The lines are joined and checked and split as one block:
+    line by line, the ~130,000 lines of a 10,000-service table cost twice the time."""
+    parts = [first[len("elements = {"):]]
+    while not parts[-1].endswith("}"):
+        line = next(lines, None)
+        if line is None:
             raise Unrecognised(f"listing ends inside the elements of set {name}")
-    yield line[:-1]
-
-
-def _elements(name: str, value: str | None, listed: Iterable[str]) -> list[Element]:
-    is_map = value is not None
+        parts.append(line)
+    if not read:
+        return []
+    block = " ".join(parts)[:-1].strip()
+    del parts
     shape = _SET_LINE if value is None else _VERDICT_MAP_LINE if value == "verdict" else _DATA_MAP_LINE
-    found: list[Element] = []
-    for line in listed:
-        line = line.strip()
-        if not line:
-            continue
-        if shape.fullmatch(line) is None:
-            raise Unrecognised(f"set {name}: elements {line[:200]!r}")
-        if is_map:  # `k : v, k : v`: keys and values alternate (neither holds ", " or " : ")
-            words = _MAP_SEPARATORS.split(line.rstrip(","))
-            found.extend(map(Element, words[0::2], words[1::2]))
-        else:
-            found.extend(map(Element, line.rstrip(",").split(", ")))
-    return found
+    if block and shape.fullmatch(block) is None:
+        raise Unrecognised(f"set {name}: elements {block[:200]!r}")
+    return list(_split(block, value is not None)) if block else []
 
 
+def _split(line: str, is_map: bool) -> Iterator[Element]:
+    """The elements of one checked line (built with tuple.__new__: Element's own __new__ is Python
+    code, twice the time for the ~220,000 elements of a 10,000-service table)."""
+    if is_map:  # `k : v, k : v`: keys and values alternate (neither holds ", " or " : ")
+        words = _MAP_SEPARATORS.split(line.rstrip(","))
+        return map(_NEW, repeat(Element), zip(words[0::2], words[1::2], strict=True))
+    return map(_NEW, repeat(Element), zip(line.rstrip(",").split(", "), repeat(None)))
+
+
+_NEW = tuple.__new__
 _MAP_SEPARATORS = re.compile(", | : ")
