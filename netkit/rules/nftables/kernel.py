@@ -5,7 +5,7 @@ everything took 17.8 s and 1.6 GB at 10k services here, and broke kube-proxy at 
 The daemon keeps the committed Ruleset in memory and dumps only for periodic full syncs.
 
 The table is read from nft's TEXT listing (`nft -y -T list table`, parse_listing.py): at 10,000
-services nft lists it in 1.60 s and 274 MB, against 2.28 s and 547 MB for the JSON. The text reader
+services nft lists it in 1.5 s and 261 MB, against 2.0 s and 527 MB for the JSON. The text reader
 knows only what netkit writes; anything else in the table (a foreign edit) makes it refuse, and the
 JSON listing is read instead (parse.py shows and repairs foreign edits).
 
