@@ -93,3 +93,16 @@ def in_netns(netns: str, fn: Callable[[], T]) -> T:
 def socket_in(netns: str, family: int, kind: int, proto: int = 0) -> socket.socket:
     """A socket living in `netns`, usable from any thread."""
     return in_netns(netns, lambda: socket.socket(family, kind, proto))
+
+
+def netlink_socket(netns: str | None, proto: int, *, rcvbuf: int = 0) -> socket.socket:
+    """A bound raw netlink socket of `proto` in `netns` (None: this process's namespace), with a
+    receive buffer of `rcvbuf` bytes when given (large dumps)."""
+    if netns is None:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, proto)
+    else:
+        sock = socket_in(netns, socket.AF_NETLINK, socket.SOCK_RAW, proto)
+    if rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.bind((0, 0))
+    return sock

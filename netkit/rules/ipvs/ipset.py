@@ -259,13 +259,9 @@ class IPSetNetlink:
     """A netfilter netlink socket (in `netns`) that lists sets."""
 
     def __init__(self, netns: str | None = None) -> None:
-        if netns:
-            from netkit.netns import socket_in
-            self.sock = socket_in(netns, socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-        else:
-            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        self.sock.bind((0, 0))
+        from netkit.netns import netlink_socket
+
+        self.sock = netlink_socket(netns or None, NETLINK_NETFILTER, rcvbuf=1 << 20)
         self._seq = 0
 
     def close(self) -> None:

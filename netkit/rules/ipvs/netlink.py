@@ -303,13 +303,9 @@ class NetlinkError(OSError):
 
 class IPVSNetlink:
     def __init__(self, netns: str | None = None) -> None:
-        if netns:
-            from netkit.netns import socket_in
-            self.sock = socket_in(netns, socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
-        else:
-            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        self.sock.bind((0, 0))
+        from netkit.netns import netlink_socket
+
+        self.sock = netlink_socket(netns or None, NETLINK_GENERIC, rcvbuf=1 << 20)
         self._seq = 0
         self.family = self._family_id()
 

@@ -28,7 +28,7 @@ import socket
 import struct
 from collections.abc import Callable
 
-from netkit.netns import socket_in
+from netkit.netns import netlink_socket
 
 NETLINK_NETFILTER = 12
 NFNL_SUBSYS_NFTABLES = 10
@@ -128,9 +128,4 @@ class Generation:
 
 def netfilter_socket(netns: str | None) -> socket.socket:
     """A netfilter netlink socket in `netns` (None: this process's namespace)."""
-    if netns is None:
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-    else:
-        sock = socket_in(netns, socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-    sock.bind((0, 0))
-    return sock
+    return netlink_socket(netns, NETLINK_NETFILTER)
