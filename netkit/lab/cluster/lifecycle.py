@@ -280,7 +280,8 @@ def remove(record: state.Record, pods: tuple[Pod, ...], grace_timeout: float) ->
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(marked))
     for pod in pods:
         api.replace("pods", pod.namespace, objects.pod_object(record.cluster, pod, ready=True, terminating=stamp))
-    wait_synced(record.cluster, marked + 0.3, grace_timeout)
+    published = wait_published_terminating(api, pods, grace_timeout)
+    wait_synced(record.cluster, max(marked, published) + 0.3, grace_timeout)
     for pod in pods:
         api.delete("pods", pod.namespace, pod.name)
     status = state.cluster_dir(record.cluster_id) / "status.json"
@@ -289,6 +290,25 @@ def remove(record: state.Record, pods: tuple[Pod, ...], grace_timeout: float) ->
     record = record.with_cluster(plan.without(record.cluster, pods))
     state.save(record)
     return record
+
+
+def wait_published_terminating(api: Api, pods: tuple[Pod, ...], timeout: float) -> float:
+    """Until the EndpointSlice controller has published every one of `pods` as terminating (or
+    dropped it), as a loaded machine may take longer than a fixed allowance: the time it was seen."""
+    names = {(p.namespace, p.name) for p in pods}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = False
+        for sl in api.list("endpointslices"):
+            namespace = (sl.get("metadata") or {}).get("namespace", "")
+            for ep in sl.get("endpoints") or ():
+                ref = ep.get("targetRef") or {}
+                if (namespace, ref.get("name")) in names and not (ep.get("conditions") or {}).get("terminating"):
+                    pending = True
+        if not pending:
+            break
+        time.sleep(0.05)
+    return time.time()
 
 
 def read_echo(status: Path) -> list[str]:
