@@ -131,20 +131,26 @@ def _lookup(sets: tuple[IPSet, ...]) -> Callable[[str, tuple[str, ...], Packet],
         if s is None:
             return False
         kinds = s.type.split(":", 1)[1].split(",")
-        found: dict[str, object] = {}
+        ip: IPAddress | None = None
+        ip2: IPAddress | None = None
+        protocol: Protocol | None = None
+        port: int | None = None
         for i, (kind, dim) in enumerate(zip(kinds, dims, strict=False)):
             addr: IPAddress = pkt.dst if dim == "dst" else pkt.src
             if kind == "ip":
-                found["ip" if i == 0 else "ip2"] = addr
+                if i == 0:
+                    ip = addr
+                else:
+                    ip2 = addr
             elif kind == "port":
-                proto = None if s.type.startswith("bitmap") else _PROTOCOLS.get(pkt.proto)
-                if proto is None and not s.type.startswith("bitmap"):
+                protocol = None if s.type.startswith("bitmap") else _PROTOCOLS.get(pkt.proto)
+                if protocol is None and not s.type.startswith("bitmap"):
                     return False  # a protocol no entry can name
-                found["protocol"], found["port"] = proto, pkt.dport if dim == "dst" else pkt.sport
+                port = pkt.dport if dim == "dst" else pkt.sport
             elif kind == "net":
-                head = (found.get("ip"), found.get("protocol"), found.get("port"))
+                head = (ip, protocol, port)
                 return any(addr.version == net.version and addr in net for net in _nets(s, nets).get(head, ()))
-        return SetEntry(**found) in s.typed()  # type: ignore[arg-type]
+        return SetEntry(ip=ip, protocol=protocol, port=port, ip2=ip2) in s.typed()
 
     return member
 
