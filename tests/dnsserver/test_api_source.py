@@ -1,5 +1,5 @@
 """`netkit dns --master URL` as a user runs it, fed by the test API server: SERVFAIL (with the SOA) and
-/ready 503 until the first list, changes resolvable within a second, CoreDNS's metrics, /health, and
+/ready 503 until the first list, changes resolvable from their watch events, CoreDNS's metrics, /health, and
 the query log in CoreDNS's format."""
 
 from __future__ import annotations
@@ -95,6 +95,11 @@ class NetkitDns:
         return out, err
 
 
+# A change is answered from its watch event (milliseconds on an idle machine; the next relist is
+# minutes away). 5 s leaves room for a loaded CI machine without letting a relist pass the test.
+CHANGE_TIMEOUT = 5.0
+
+
 def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -125,22 +130,22 @@ def synced() -> Iterator[tuple[Api, NetkitDns]]:
         api.close()
 
 
-def test_changes_are_resolvable_within_a_second(synced: tuple[Api, NetkitDns]) -> None:
+def test_changes_are_resolvable_from_their_watch_events(synced: tuple[Api, NetkitDns]) -> None:
     api, server = synced
     api.create(service("fresh", "10.96.7.7"))
-    wait_for(lambda: addresses(server.ask(f"fresh.default{Z}")) == ["10.96.7.7"], timeout=1.0)
+    wait_for(lambda: addresses(server.ask(f"fresh.default{Z}")) == ["10.96.7.7"], timeout=CHANGE_TIMEOUT)
     api.delete("services", "default", "fresh")
-    wait_for(lambda: server.ask(f"fresh.default{Z}").rcode() == dns.rcode.NXDOMAIN, timeout=1.0)
+    wait_for(lambda: server.ask(f"fresh.default{Z}").rcode() == dns.rcode.NXDOMAIN, timeout=CHANGE_TIMEOUT)
 
 
 def test_headless_services_and_namespaces_are_watched_like_coredns(synced: tuple[Api, NetkitDns]) -> None:
     api, server = synced
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "empty"}})
-    wait_for(lambda: server.ask("empty.svc.cluster.local.").rcode() == dns.rcode.NOERROR, timeout=1.0)
+    wait_for(lambda: server.ask("empty.svc.cluster.local.").rcode() == dns.rcode.NOERROR, timeout=CHANGE_TIMEOUT)
     hl = service("db", "None")
     api.create(hl)
     api.create(headless_slice("db", ["10.244.1.5", "10.244.2.5"]))  # labelled headless: kube-proxy skips it
-    wait_for(lambda: addresses(server.ask(f"db.default{Z}")) == ["10.244.1.5", "10.244.2.5"], timeout=1.0)
+    wait_for(lambda: addresses(server.ask(f"db.default{Z}")) == ["10.244.1.5", "10.244.2.5"], timeout=CHANGE_TIMEOUT)
 
 
 def test_deploy_dns_cluster_role_covers_what_netkit_dns_requests(synced: tuple[Api, NetkitDns]) -> None:

@@ -30,7 +30,9 @@ spec:
 
 
 class Traffic:
-    """Sequential connections from a pod to a Service on a background thread, every reply kept."""
+    """Sequential connections from a pod to a Service on a background thread, every reply kept.
+    Each has 3 s, so a SYN lost once (sent again after 1 s) does not count as a failure; a SYN DNATed
+    to a pod that is gone is sent again through the same conntrack entry and still fails."""
 
     def __init__(self, record: Record, where: str, dst: str, port: int) -> None:
         self.replies: list[Reply] = []
@@ -39,7 +41,7 @@ class Traffic:
 
     def run(self, record: Record, where: str, dst: str, port: int) -> None:
         while not self.stop.is_set():
-            self.replies.append(hit(record, where, dst, port, timeout=1.0))
+            self.replies.append(hit(record, where, dst, port, timeout=3.0))
 
     def __enter__(self) -> Traffic:
         self.thread.start()
