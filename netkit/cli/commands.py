@@ -238,9 +238,9 @@ def _diff(args: argparse.Namespace, progress: Progress) -> int:
         report: dict[str, FamilyDiff[P]] = {}
         surveys: dict[IPFamily, list[Survey]] = {}
 
-        def dumped(family: IPFamily) -> R:
+        def dumped(family: IPFamily, compiled: R) -> R:
             assert early is not None
-            live, surveys[family] = early.get(family)
+            live, surveys[family] = early.get(family)(compiled)
             return live
 
         for family, kernel in kernels.items():
@@ -271,10 +271,28 @@ def _diff(args: argparse.Namespace, progress: Progress) -> int:
     return with_backend(config.mode, run)
 
 
-def _read_kernel(mode: str, family: IPFamily, kernel: Kernel[R, P], netns: str | None) -> tuple[R, list[Survey]]:
-    """What `diff` reads of the kernel: the live rules, and what other modes left (read-only)."""
+def _read_kernel(mode: str, family: IPFamily, kernel: Kernel[R, P],
+                 netns: str | None) -> Callable[[R], tuple[R, list[Survey]]]:
+    """What `diff` reads of the kernel, started before the input is read: a function that, given
+    the compiled ruleset, returns the live rules and what other modes left (read-only).
+
+    With iptables-legacy, the tables' text is read now and compared with what the compiled ruleset
+    would print once it exists (IptablesKernel.prefetch, dump_reusing): a kernel in sync is then
+    not parsed, and the live ruleset shares the compiled one's rules. Otherwise the dump is read
+    (and parsed) now."""
+    edge: Kernel[R, P] = kernel
+    if isinstance(kernel, IptablesKernel) and kernel.prefetch():
+        complete = cleanup.leftovers_then(mode, family, netns, kernel.resolved_backend)
+
+        def finish(compiled: R) -> tuple[R, list[Survey]]:
+            live = edge.dump_reusing(compiled)
+            assert isinstance(live, IptablesRuleset)  # what the iptables kernel edge reads
+            return live, complete(live)
+
+        return finish
     live = kernel.dump()
-    return live, _leftovers(mode, kernel.iptables_flavour, family, netns, live)
+    surveys = _leftovers(mode, kernel.iptables_flavour, family, netns, live)
+    return lambda compiled: (live, surveys)
 
 
 def plan_summary(be: Backend[R, P], live: R, desired: R, names: Mapping[str, str] | None = None) -> list[ServiceChange]:
@@ -364,15 +382,16 @@ def _with_nfacct(inputs: Inputs, args: argparse.Namespace) -> Inputs:
 
 
 def _read_and_plan(be: Backend[R, P], inputs: Inputs, family: IPFamily, kernel: Kernel[R, P],
-                   progress: Progress, dumped: Callable[[IPFamily], R] | None = None) -> tuple[R, R, list[str], P]:
+                   progress: Progress, dumped: Callable[[IPFamily, R], R] | None = None) -> tuple[R, R, list[str], P]:
     """Dump the live rules, compile (keeping what invalid input protects) and plan, one phase each.
-    With `dumped` (the dump being read meanwhile, netkit.cli.early), compile first, then take it."""
+    With `dumped` (the dump being read meanwhile, netkit.cli.early), compile first, then take it
+    (given the compiled ruleset, which it may compare the dump with)."""
     if dumped is not None:
         with progress.phase(f"{family.value}: compile") as done:
             compiled = be.compile(inputs.state, inputs.config, family)
             done(f"{_ports(inputs, family)} service ports")
         with progress.phase(f"{family.value}: read the live rules"):
-            live = dumped(family)
+            live = dumped(family, compiled)
             desired, kept = _kept(be, inputs, compiled, live)
     else:
         with progress.phase(f"{family.value}: read the live rules"):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from netkit.errors import KernelError, NetkitError
@@ -194,6 +194,24 @@ def leftovers(mode: str, family: IPFamily, netns: str | None, *, backend: str | 
     return [survey(others, family, netns, keep=(mode,), iptables_backends=mine,
                    known={backend: known} if known is not None else None),
             survey(("iptables", "ipvs"), family, netns, iptables_backends=other, iptables_only=True)]
+
+
+def leftovers_then(mode: str, family: IPFamily, netns: str | None, backend: str) -> Callable[[Ruleset], list[Survey]]:
+    """`leftovers(mode, family, netns, backend=backend, known=live)` in two steps, for an iptables
+    mode whose own dump is not read yet: everything that runs a tool is surveyed now (a thread does
+    it while `netkit diff` decodes its input), and the function returned completes the survey from
+    `live`, that backend's dump, without IO (the part of it that depends on the dump)."""
+    if mode != "iptables" or backend not in IPTABLES_BACKENDS:
+        raise ValueError(f"leftovers_then: iptables mode in legacy or nft, not {mode} {backend}")
+    first, *rest = leftovers(mode, family, netns, backend=backend, known=Ruleset(family))
+    others = tuple(m for m in MODES if m != mode)
+
+    def complete(live: Ruleset) -> list[Survey]:
+        part, found = _iptables_part(_tool(family, backend), family, live, owner(others, keep=(mode,)),
+                                     owner((mode,)), set(first.ipsets))
+        return [replace(first, iptables=(part,), blockers=tuple(found)), *rest]
+
+    return complete
 
 
 def _other_modes_in(mode: str, others: Sequence[str], family: IPFamily, netns: str | None, backend: str) -> bool:

@@ -114,3 +114,26 @@ def test_cleanup_with_foreign_references_refuses_and_changes_nothing(netns: str,
     sh(netns, ipt, "-w", "-t", "nat", "-F", "MY-CHAIN")
     assert netkit("cleanup", "--netns", netns).returncode == 0
     assert "KUBE-SVC" not in everything(netns) and "netkit" not in everything(netns)
+
+
+@pytest.mark.parametrize("backend", ["legacy", "nft"])
+def test_the_survey_in_two_steps_equals_the_survey_of_a_known_dump(netns: str, backend: str) -> None:
+    """`netkit diff` surveys other modes' leftovers while it reads its input and completes the survey
+    once its own backend's dump is read (cleanup.leftovers_then): the same Surveys as
+    leftovers(known=dump), with every mode's objects, foreign ones, and references that block."""
+    from netkit.rules import cleanup
+    program_every_mode(netns)
+    add_foreign(netns)
+    ipt = f"iptables-{backend}"
+    sh(netns, ipt, "-w", "-t", "nat", "-N", "MY-CHAIN")
+    sh(netns, ipt, "-w", "-t", "nat", "-A", "MY-CHAIN", "-s", "10.9.0.0/16", "-j", "KUBE-MARK-MASQ")
+    sh(netns, ipt, "-w", "-N", "KUBE-IPVS-FILTER")  # an IPVS-mode chain in the backend being read
+    sh(netns, ipt, "-w", "-A", "INPUT", "-j", "KUBE-IPVS-FILTER")
+    for family in IPFamily:
+        complete = cleanup.leftovers_then("iptables", family, netns, backend)
+        live = IptablesKernel(family, netns, backend).dump()
+        whole = cleanup.leftovers("iptables", family, netns, backend=backend, known=live)
+        assert complete(live) == whole
+        assert not whole[0].empty or family is IPFamily.IPV6
+    with pytest.raises(ValueError):
+        cleanup.leftovers_then("nftables", IPFamily.IPV4, netns, backend)

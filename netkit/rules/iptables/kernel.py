@@ -19,6 +19,10 @@ One `IptablesKernel` per (family, backend, network namespace). Constructing it d
 - `dump_reusing(committed)` (a full sync) with legacy compares each table with the text the kernel
   should print — `committed`, and what is not netkit's as this edge last read it plus the jumps it
   inserted since — and parses only a table that differs (ruleset.read_expecting).
+- `prefetch()` (legacy; `netkit diff`) reads the three tables' text at once, in the caller's thread,
+  before anything is compiled; the next `dump` or `dump_reusing` reads that text instead of the
+  kernel. The pipes are read without holding Python's interpreter lock, so a thread can do it while
+  the input is decoded; the comparison with the compiled ruleset comes after (`dump_reusing`).
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ class IptablesKernel:
     # Per table, the chains not netkit's (built-in ones included) as last read, with the entry jumps
     # inserted since: with the committed ruleset, what the kernel should hold (dump_reusing).
     _seen: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict, init=False, repr=False)
+    # From `prefetch`: each table's iptables-save output, in the pieces the pipe gave; used once.
+    _prefetched: list[tuple[str, list[bytes]]] | None = field(default=None, init=False, repr=False)
 
     @cached_property
     def resolved_backend(self) -> str:
@@ -93,7 +99,29 @@ class IptablesKernel:
 
     def dump(self, tables: tuple[str, ...] = TABLES) -> Ruleset:
         """What the kernel holds, read table by table; the output is parsed as it streams in."""
+        if (read := self._take_prefetched(tables)) is not None:
+            return self._remember(parse_chunks((c for _, chunks in read for c in chunks), self.family))
         return self._remember(parse_chunks(self._save_chunks(tables), self.family))
+
+    def prefetch(self) -> bool:
+        """Read every table's text now, for the next `dump` or `dump_reusing` (see the module
+        docstring); False, reading nothing, unless the backend is legacy (iptables-nft lists chains
+        in another order, so its dump is parsed as it streams, as before)."""
+        if self.resolved_backend != "legacy":
+            return False
+        procs = [self._start_save(table) for table in TABLES]
+        try:
+            self._prefetched = [(t, list(self._read_save(t, p))) for t, p in zip(TABLES, procs, strict=True)]
+        finally:
+            for proc in procs:
+                _reap(proc)
+        return True
+
+    def _take_prefetched(self, tables: tuple[str, ...]) -> list[tuple[str, list[bytes]]] | None:
+        read, self._prefetched = self._prefetched, None
+        if read is None or tuple(t for t, _ in read) != tables:
+            return None
+        return read
 
     def dump_reusing(self, committed: Ruleset) -> Ruleset:
         """`dump`, with every chain equal to `committed`'s sharing its tuple (a full sync re-reading
@@ -101,13 +129,15 @@ class IptablesKernel:
         start at once and each table is compared with the text `committed` would print, built while
         they read the kernel (ruleset.read_expecting); the result's `since` lets the planner compare
         only what can differ. iptables-nft lists chains in another order: it is parsed as it streams."""
-        if self.resolved_backend != "legacy":
+        read = self._take_prefetched(TABLES)
+        if self.resolved_backend != "legacy":  # never prefetched
             return parse_chunks(self._save_chunks(TABLES), self.family, reuse=committed)
-        procs = [self._start_save(table) for table in TABLES]
+        procs = [self._start_save(table) for table in TABLES] if read is None else []
         try:
             expected = {t: self._should_hold(t, committed) for t in TABLES if committed.chains(t)}
-            live, matched = read_expecting((self._read_save(t, p) for t, p in zip(TABLES, procs, strict=True)),
-                                           self.family, committed, expected)
+            tables = (chunks for _, chunks in read) if read is not None else \
+                (self._read_save(t, p) for t, p in zip(TABLES, procs, strict=True))
+            live, matched = read_expecting(tables, self.family, committed, expected)
             return self._remember(live, matched)
         finally:
             for proc in procs:
