@@ -41,8 +41,9 @@ from typing import Any, TextIO, TypeVar
 
 from netkit import netns as netns_mod
 from netkit.errors import KernelError
-from netkit.rules.nftables import netlink
-from netkit.rules.nftables.generation import Generation, netfilter_socket
+from netkit.rules.nftables import fingerprint, netlink
+from netkit.rules.nftables.fingerprint import Fingerprint, Unreadable
+from netkit.rules.nftables.generation import NETLINK_NETFILTER, Generation, netfilter_socket
 from netkit.rules.nftables.parse import parse
 from netkit.rules.nftables.parse_listing import LIST_OPTIONS, Unrecognised, parse_listing
 from netkit.rules.nftables.plan import Transaction, render_prelude, render_transaction
@@ -66,8 +67,14 @@ class NftKernel:
         self._lib: Any = None
         self._generation = Generation(lambda: netfilter_socket(netns), f"/run/netns/{netns}" if netns else None)
         self._known: int | None = None  # the generation at which this kernel last wrote or read the table
-        self._writer = netlink.Writer(lambda: netfilter_socket(netns), f"/run/netns/{netns}" if netns else None)
+        path = f"/run/netns/{netns}" if netns else None
+        self._writer = netlink.Writer(lambda: netfilter_socket(netns), path)
         self.netlink_batches = 0  # transactions sent by netlink.py's writer (tests and benchmarks)
+        # The table's fingerprint at generation `_known` (fingerprint.py), None when not known.
+        self._print: Fingerprint | None = None
+        self._reader = fingerprint.Reader(lambda: netns_mod.netlink_socket(netns, NETLINK_NETFILTER, rcvbuf=1 << 22),
+                                          family, table, path)
+        self.compared_reads = 0  # full syncs that found the table unchanged by its fingerprint (tests, benchmarks)
 
     # ── the Kernel protocol ──
 
@@ -85,6 +92,7 @@ class NftKernel:
             return self._read(like, text=False)
 
     def _read(self, like: Ruleset | None, *, text: bool) -> Ruleset | None:
+        self._print = None
         before = self._generation.read()
         command = f"list table {self.family} {self.table}"
         with self._listed(command, text) as (code, lines, err):
@@ -117,16 +125,48 @@ class NftKernel:
 
     def dump_reusing(self, committed: Ruleset | None) -> Ruleset | None:
         """`committed` itself when nothing has been committed in the namespace since this kernel last
-        wrote or read the table (see generation.py): the table is then what the caller committed
-        through it. Else a real dump, sharing the sets and chains equal to `committed`'s."""
-        if committed is not None and self._known is not None and self._generation.read() == self._known:
+        wrote or read the table (see generation.py), or when something was but the table's
+        fingerprint, read over netlink, is the one it had then (fingerprint.py): the table is then
+        what the caller committed through it. Else a real dump, sharing the sets and chains equal
+        to `committed`'s."""
+        if committed is None:
+            return self._dump(committed)
+        known = self._known
+        if known is not None and self._generation.read() == known:
+            if self._print is None:
+                self._print = self._fingerprint_at(known)  # once, so that later full syncs can compare
             return committed
-        return self._dump(committed)
+        seen = self.read_fingerprint()
+        if seen is not None and known is not None and self._print is not None and seen[0] == self._print:
+            self._known = seen[1]
+            self.compared_reads += 1
+            return committed
+        found = self._dump(committed)
+        if seen is not None and self._known == seen[1]:  # read at the generation the dump was read at
+            self._print = seen[0]
+        return found
+
+    def read_fingerprint(self) -> tuple[Fingerprint, int] | None:
+        """The table's fingerprint and the generation it was read at; None when it could not be
+        read whole at one generation (no table, a failed or interrupted dump, a commit meanwhile)."""
+        before = self._generation.read()
+        if before is None:
+            return None
+        try:
+            found = _without_gc(self._reader.read)
+        except Unreadable:
+            return None
+        return (found, before) if self._generation.read() == before else None
+
+    def _fingerprint_at(self, generation: int) -> Fingerprint | None:
+        seen = self.read_fingerprint()
+        return seen[0] if seen is not None and seen[1] == generation else None
 
     def apply(self, tx: Transaction) -> None:
         """Send the transaction's new dynamic sets alone (plan.py: `prelude`), the transaction, then
         its deferred deletions as a second transaction."""
         self._known = None
+        old, self._print = self._print, None
         before = self._generation.read()
         pre = render_prelude(tx)
         sent = self.send(pre, big=tx.create is not None) if pre else 0
@@ -137,6 +177,25 @@ class NftKernel:
         after = self._generation.read()
         if before is not None and after == before + sent:
             self._known = after  # nobody else committed in between: the table is what was planned
+            self._print = self._followed(old, tx, after)
+
+    def _followed(self, old: Fingerprint | None, tx: Transaction, generation: int) -> Fingerprint | None:
+        """The fingerprint after netkit's own write of `tx`: read whole after a table was created
+        (or many chains were written), else `old` with the elements `tx` changed accounted for and
+        the chains and sets it wrote read back (fingerprint.py). None when not known."""
+        if tx.create is not None:
+            return self._fingerprint_at(generation)
+        if old is None:
+            return None
+        new = old.copy()
+        rest = fingerprint.account(new, tx)
+        if len(rest.chains) > fingerprint.FULL_READ_ABOVE:
+            return self._fingerprint_at(generation)
+        try:
+            self._reader.read_back(new, rest)
+        except Unreadable:
+            return None
+        return new if self._generation.read() == generation else None
 
     def _write(self, tx: Transaction) -> int:
         """One transaction, as one netlink batch encoded by netlink.py when it can encode all of it
@@ -165,6 +224,7 @@ class NftKernel:
     def cleanup(self) -> None:
         """Delete netkit's table and nothing else (`add` first so a missing table is no error)."""
         self._known = None
+        self._print = None
         t = f"{self.family} {self.table}"
         self.send(f"add table {t}\ndelete table {t}\n")
 
