@@ -426,7 +426,8 @@ def _plain_endpoint(item: Any, atype: AddressType) -> Endpoint | None:
         addresses.append(address)
     ready, serving, terminating = (cond.get("ready"), cond.get("serving"), cond.get("terminating")) if cond \
         else (None, None, None)
-    if not all(v is None or type(v) is bool for v in (ready, serving, terminating)):  # not 0/1: not booleans
+    if not ((ready is None or type(ready) is bool) and (serving is None or type(serving) is bool)
+            and (terminating is None or type(terminating) is bool)):  # not 0/1: not booleans
         return None
     hostname, target = item.get("hostname"), item.get("targetRef")
     if hostname in ("", None):
@@ -436,16 +437,9 @@ def _plain_endpoint(item: Any, atype: AddressType) -> Endpoint | None:
     if target is not None and type(target) is not dict:
         return None
     ready = ready is not False
-    return Endpoint(
-        addresses=tuple(addresses),
-        ready=ready,
-        serving=ready if serving is None else serving,
-        terminating=terminating is True,
-        hostname=hostname,
-        node_name=node or None,
-        zone=zone or None,
-        target_ref=_pod_ref(target) if target else None,
-    )
+    # Positional (Endpoint's field order): 100,000 of them at 10k services.
+    return Endpoint(tuple(addresses), ready, ready if serving is None else serving, terminating is True, hostname,
+                    node or None, zone or None, (), (), _pod_ref(target) if target else None)
 
 
 def _endpoint(r: _Reader, item: Any, path: str, atype: AddressType) -> Endpoint:
@@ -671,4 +665,30 @@ def ipv4_fast(text: str) -> IPv4Address | None:
     if m is None:
         return None
     a, b, c, d = m.groups()
-    return IPv4Address(int(a) << 24 | int(b) << 16 | int(c) << 8 | int(d))
+    return _Dotted(int(a) << 24 | int(b) << 16 | int(c) << 8 | int(d), text)
+
+
+class _Dotted(IPv4Address):
+    """An IPv4Address that keeps the text it was read from. `ipv4_fast` reads only the canonical
+    spelling, which is what str() would compute again from the number — 200,000 times at 10,000
+    services × 10 endpoints (NodeState's endpoint order, the compilers' rule text), a fifth of the
+    compile. Equal, hashed and ordered as the IPv4Address it is; copied or pickled, a plain one."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, value: int, text: str = "") -> None:
+        if text:  # from ipv4_fast: `value` is checked, `text` is its canonical spelling
+            self._ip = value
+            self._text = text
+        else:  # from ipaddress's own arithmetic (address + 1)
+            super().__init__(value)
+            self._text = IPv4Address.__str__(self)
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"IPv4Address({self._text!r})"
+
+    def __reduce__(self) -> tuple[type[IPv4Address], tuple[int]]:
+        return IPv4Address, (int(self),)

@@ -134,6 +134,27 @@ def test_the_fast_ipv4_reader_accepts_exactly_what_ipaddress_accepts(text: str) 
     assert got == (expected if expected is not None and expected.version == 4 else None)
 
 
+
+@pytest.mark.parametrize("text", ["10.0.0.1", "0.0.0.0", "255.255.255.255", "192.0.2.10"])
+def test_an_address_read_fast_behaves_as_the_plain_one(text: str) -> None:
+    """ipv4_fast keeps the text it read (str() is not computed again): the same str, repr, format,
+    equality, hash, order and network membership as ip_address's; a copy or pickle is a plain one."""
+    import copy
+    import pickle
+    from ipaddress import IPv4Address, ip_address, ip_network
+
+    from netkit.model.k8s import ipv4_fast
+    fast, plain = ipv4_fast(text), ip_address(text)
+    assert fast is not None and isinstance(fast, IPv4Address)
+    assert (str(fast), repr(fast), f"{fast}", f"{fast!s}", format(fast, "b")) == \
+        (str(plain), repr(plain), f"{plain}", f"{plain!s}", format(plain, "b"))
+    assert fast == plain and plain == fast and hash(fast) == hash(plain) and not fast < plain
+    assert {fast: 1}[plain] == 1 and (fast in ip_network("0.0.0.0/0")) and int(fast) == int(plain)
+    assert ip_network(fast) == ip_network(plain) and fast + 0 == plain and fast.packed == plain.packed
+    assert str(fast - 0) == text and (str(fast - 1) == str(plain - 1) if int(plain) else True)
+    for again in (copy.copy(fast), copy.deepcopy(fast), pickle.loads(pickle.dumps(fast))):
+        assert type(again) is IPv4Address and again == plain
+
 _ENDPOINTS = [
     {"addresses": ["10.0.0.1"]},
     {"addresses": ["10.0.0.1", "10.0.0.2"], "nodeName": "n1", "zone": "z", "hostname": "web-0",

@@ -429,8 +429,11 @@ def _endpoints(p: ServicePortState, name: str, proto: str) -> dict[int, _Ep]:
     for e in p.endpoints:
         if id(e) in wanted:
             ip = str(e.ip)
-            text = f"[{ip}]:{e.port}" if e.ip.version == 6 else f"{ip}:{e.port}"
-            out[id(e)] = _Ep(n.endpoint_chain_of(name, proto, text), text, f"{ip}/{e.ip.max_prefixlen}")
+            if ":" in ip:  # IPv6 (the text says it in C; `.version` is a Python property)
+                text, source = f"[{ip}]:{e.port}", ip + "/128"
+            else:
+                text, source = f"{ip}:{e.port}", ip + "/32"
+            out[id(e)] = _Ep(n.endpoint_chain_of(name, proto, text), text, source)
     return out
 
 
