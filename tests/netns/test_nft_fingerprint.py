@@ -214,3 +214,26 @@ def test_no_table_is_read_as_before(netns: str) -> None:
     netns_sh(netns, "nft", "delete", "table", "ip", "netkit")
     assert k.dump_reusing(committed) is None
     assert k.compared_reads == 0
+
+
+# Changes that leave netkit's next partial write valid (it touches other objects).
+BEFORE_A_WRITE = ["rule added", "counter added", "chain added", "base chain priority changed", "set added",
+                  "set element added", "map element added", "set flags changed"]
+
+
+@pytest.mark.parametrize("drift", BEFORE_A_WRITE)
+def test_a_change_before_netkits_next_write_is_still_read(netns: str, drift: str) -> None:
+    """Someone changes netkit's table, then netkit's partial sync writes (an endpoint changed): the
+    write does not make netkit trust a table it has not seen since; its next full sync reads it."""
+    family = IPFamily.IPV4
+    committed = base_table(family)
+    k = NftKernel("ip", netns)
+    assert k.dump() is None
+    k.apply(plan(None, committed))
+    NftKernel("ip", netns).apply(plan(committed, DRIFTS[drift](committed)))  # someone else's writer
+    changed = compile(NodeState(NodeInfo("node-a"), (_port(family, (11, 12, 14)),)), CONFIG, family)
+    k.apply(plan(committed, changed))
+    found = k.dump_reusing(changed)
+    assert k.compared_reads == 0
+    assert found is not changed and found == NftKernel("ip", netns).dump()
+    assert not plan(found, changed).empty

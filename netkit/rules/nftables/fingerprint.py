@@ -333,11 +333,15 @@ class Reader:
     def element_sum(self, name: bytes) -> tuple[int, int]:
         return element_sum(self.messages(GETSETELEM, self._table_attr() + netlink.attr(NAME, name)))
 
-    def read_back(self, fp: Fingerprint, rest: Rewritten) -> None:
+    def read_back(self, fp: Fingerprint, rest: Rewritten, *, strict: bool = False) -> None:
         """What netkit just wrote (`rest`, from `account`), read into `fp`. Unreadable when the
         kernel holds anything else than netkit expects there (a chain with more rules than it wrote:
         one that existed before with someone else's; a set definition it did not write that changed;
-        a set it did not create): `fp` must only ever describe the table netkit wrote."""
+        a set it did not create): `fp` must only ever describe the table netkit wrote. `strict`
+        (someone committed before the write): also Unreadable for what netkit wrote only in part —
+        elements of a set it could not account for, a base chain it created."""
+        if strict and (rest.elements or any(c not in rest.plain and c not in fp.chains for c in rest.chains)):
+            raise Unreadable("what the write left cannot be told from what was there before it")
         for name, count in sorted(rest.chains.items()):
             self._read_chain(fp, name, count, plain=name in rest.plain)
         if rest.sets_changed:

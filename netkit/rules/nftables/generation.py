@@ -6,16 +6,19 @@ The kernel numbers every committed nftables transaction of a namespace (nf_table
 a batch that changes nothing (`add table` of an existing table) leave it as it is; any change by
 anyone — `nft add rule`, `nft delete element`, iptables-nft, firewalld — moves it. So:
 
-- after netkit's own apply of k transactions, the generation must be exactly k more than before;
-  then netkit knows the table at that generation (it is what it planned). Anything else (someone
-  else committed in between, or one of its batches changed nothing) means "not known";
+- after netkit's own apply of k transactions, the generation must be exactly k more than before,
+  and before them still the one at which netkit last knew the table; then netkit knows the table
+  at that generation (it is what it planned). Anything else (someone else committed in between or
+  since netkit last knew the table, or one of its batches changed nothing) means "not known" until
+  a full sync reads or compares the table (kernel.py, fingerprint.py);
 - after a dump read at generation g (the same before and after the listing), the dump is the table
   at g;
 - a full sync that finds the generation still at the known one has nothing to read: the table is the
   one the daemon committed. Only then is the 2 s listing of a 10,000-service table skipped.
 
 The count is per namespace, not per table: a write to any other table (iptables-nft's, say) makes
-the next full sync read netkit's table again, as before. Reading it costs one netlink round trip
+the next full sync look at netkit's table again — by its fingerprint over netlink (fingerprint.py)
+when netkit knows it, else by listing it. Reading it costs one netlink round trip
 (tens of microseconds). If the socket cannot be opened the generation is "not known" (None) and
 every full sync reads the kernel.
 """

@@ -67,10 +67,13 @@ class NftKernel:
         self._lib: Any = None
         self._generation = Generation(lambda: netfilter_socket(netns), f"/run/netns/{netns}" if netns else None)
         self._known: int | None = None  # the generation at which this kernel last wrote or read the table
+        # Knowledge lost to someone else's commit: the generation moved while netkit was not looking
+        # (between a known point and its next write, or during a write). Cleared by a read only.
+        self._lost = False
         path = f"/run/netns/{netns}" if netns else None
         self._writer = netlink.Writer(lambda: netfilter_socket(netns), path)
         self.netlink_batches = 0  # transactions sent by netlink.py's writer (tests and benchmarks)
-        # The table's fingerprint at generation `_known` (fingerprint.py), None when not known.
+        # The fingerprint of the table netkit last wrote or read (fingerprint.py), None when not known.
         self._print: Fingerprint | None = None
         self._reader = fingerprint.Reader(lambda: netns_mod.netlink_socket(netns, NETLINK_NETFILTER, rcvbuf=1 << 22),
                                           family, table, path)
@@ -98,14 +101,21 @@ class NftKernel:
         with self._listed(command, text) as (code, lines, err):
             if code != 0:
                 if "No such file or directory" in err:
+                    self._read_at(before)  # known too: no table
                     return None
                 raise KernelError(f"nft {command} failed", stderr=err)
             if text:
                 found = _without_gc(lambda: parse_listing(lines, self.family, self.table, like=like))
             else:
                 found = _without_gc(lambda: parse("".join(lines), self.family, self.table, like=like))
-        self._known = before if before is not None and self._generation.read() == before else None
+        self._read_at(before)
         return found
+
+    def _read_at(self, before: int | None) -> None:
+        """After a read begun at generation `before`: the table read is the one at `before` when
+        nobody committed during the read."""
+        self._known = before if before is not None and self._generation.read() == before else None
+        self._lost = self._known is None
 
     @contextmanager
     def _listed(self, command: str, text: bool) -> Iterator[tuple[int, Iterable[str], str]]:
@@ -137,8 +147,8 @@ class NftKernel:
                 self._print = self._fingerprint_at(known)  # once, so that later full syncs can compare
             return committed
         seen = self.read_fingerprint()
-        if seen is not None and known is not None and self._print is not None and seen[0] == self._print:
-            self._known = seen[1]
+        if seen is not None and self._print is not None and seen[0] == self._print:
+            self._known, self._lost = seen[1], False
             self.compared_reads += 1
             return committed
         found = self._dump(committed)
@@ -165,7 +175,8 @@ class NftKernel:
     def apply(self, tx: Transaction) -> None:
         """Send the transaction's new dynamic sets alone (plan.py: `prelude`), the transaction, then
         its deferred deletions as a second transaction."""
-        self._known = None
+        prior, lost = self._known, self._lost
+        self._known, self._lost = None, True  # until the writes are known to be all that happened
         old, self._print = self._print, None
         before = self._generation.read()
         pre = render_prelude(tx)
@@ -175,27 +186,35 @@ class NftKernel:
         if follow:
             sent += self._write(follow)
         after = self._generation.read()
-        if before is not None and after == before + sent:
-            self._known = after  # nobody else committed in between: the table is what was planned
-            self._print = self._followed(old, tx, after)
+        if before is None or after != before + sent:
+            return  # someone else committed during the writes: the next full sync reads the table
+        # The table is what was planned, if it was the committed one before the writes: when someone
+        # committed since netkit last knew it, the next full sync compares the fingerprint (kept
+        # strictly, from what netkit wrote alone) or reads the table, rather than trust it.
+        moved = lost or (prior is not None and before != prior)
+        if not moved:
+            self._known, self._lost = after, False
+        self._print = self._followed(old, tx, after, strict=moved)
 
-    def _followed(self, old: Fingerprint | None, tx: Transaction, generation: int) -> Fingerprint | None:
+    def _followed(self, old: Fingerprint | None, tx: Transaction, generation: int, *,
+                  strict: bool) -> Fingerprint | None:
         """The fingerprint after netkit's own write of `tx`: read whole after a table was created
         (or many chains were written), else `old` with the elements `tx` changed accounted for and
-        the chains and sets it wrote read back (fingerprint.py). None when not known."""
+        the chains and sets it wrote read back (fingerprint.py). None when not known. `strict`: the
+        table before the writes is not known to be `old`'s, so only what `tx` wrote whole is read
+        back (never a whole table, nor a set's elements it changed in part)."""
         if tx.create is not None:
-            return self._fingerprint_at(generation)
+            return None if strict else self._fingerprint_at(generation)
         if old is None:
             return None
-        new = old.copy()
-        rest = fingerprint.account(new, tx)
+        rest = fingerprint.account(old, tx)  # `old` is this kernel's alone, and forgotten on failure
         if len(rest.chains) > fingerprint.FULL_READ_ABOVE:
-            return self._fingerprint_at(generation)
+            return None if strict else self._fingerprint_at(generation)
         try:
-            self._reader.read_back(new, rest)
+            self._reader.read_back(old, rest, strict=strict)
         except Unreadable:
             return None
-        return new if self._generation.read() == generation else None
+        return old if self._generation.read() == generation else None
 
     def _write(self, tx: Transaction) -> int:
         """One transaction, as one netlink batch encoded by netlink.py when it can encode all of it
@@ -223,10 +242,13 @@ class NftKernel:
 
     def cleanup(self) -> None:
         """Delete netkit's table and nothing else (`add` first so a missing table is no error)."""
-        self._known = None
-        self._print = None
+        self._known, self._lost, self._print = None, True, None
         t = f"{self.family} {self.table}"
-        self.send(f"add table {t}\ndelete table {t}\n")
+        before = self._generation.read()
+        sent = self.send(f"add table {t}\ndelete table {t}\n")
+        after = self._generation.read()
+        if before is not None and after == before + sent:
+            self._known, self._lost = after, False  # known: no table
 
     # ── transports ──
 
