@@ -3,6 +3,7 @@ element writes (the kernel side is tests/netns/test_nft_fingerprint.py)."""
 
 from __future__ import annotations
 
+import socket
 import struct
 
 import pytest
@@ -75,3 +76,16 @@ def test_a_plain_chains_definition_is_its_table_and_name() -> None:
     found = fp.Fingerprint()
     fp.add_chain(found, body, b"netkit\0")
     assert found.chains == {b"svc-a-long-name-x\0": fp.plain_chain(b"netkit\0", b"svc-a-long-name-x\0")}
+
+
+def test_an_answer_not_read_to_its_end_closes_the_socket() -> None:
+    """What is left of a dump must never be read as the answer to the next request."""
+    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    chain = _message(fp.NFNL_SUBSYS_NFTABLES << 8 | 3, 0x2, 1, b"\0" * 4 + netlink.strz(1, "netkit"))
+    kernel.send(chain + chain + _message(fp.NLMSG_DONE, 0x2, 1, struct.pack("=i", 0)))
+    reader = fp.Reader(lambda: ours, "ip", "netkit")
+    answer = reader.messages(fp.GETCHAIN, b"")
+    assert next(answer) == netlink.strz(1, "netkit")
+    answer.close()
+    assert ours.fileno() == -1
+    kernel.close()

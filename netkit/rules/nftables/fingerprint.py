@@ -393,26 +393,30 @@ class Reader:
         return netlink.attr(TABLE, self._table)
 
     def messages(self, kind: int, body: bytes, *, dump: bool = True) -> Iterator[bytes]:
-        """The bodies of the answer to one request, as they arrive (never all held at once)."""
+        """The bodies of the answer to one request, as they arrive (never all held at once). An
+        answer not read to its end (an error, or a caller that stopped) closes the socket: what is
+        left of it must not be read as another request's answer."""
         sock = self._socket()
         self._seq = self._seq % (1 << 31) + 1
         seq = self._seq
+        finished = False
         try:
             sock.send(request(kind, self._family, seq, body, dump=dump))
-            while True:
+            while not finished:
                 size = sock.recv_into(self._buffer)
                 for got, _, reply in replies(bytes(memoryview(self._buffer)[:size]), seq):
                     if got == NLMSG_DONE or (not dump and got == NLMSG_ERROR):
-                        return
+                        finished = True
+                        break
                     yield reply
                     if not dump:
-                        return
+                        finished = True
+                        break
         except OSError as exc:
-            self.close()
             raise Unreadable(f"netlink socket: {exc}") from exc
-        except Unreadable:
-            self.close()  # what is left of the dump must not be read as another request's answer
-            raise
+        finally:
+            if not finished:
+                self.close()
 
     def _socket(self) -> socket.socket:
         where = None
