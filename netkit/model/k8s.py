@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator, Mapping
 from functools import cache
 from ipaddress import IPv4Address, ip_address, ip_network
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard
 
 from netkit.errors import InvalidObject, Problem
 from netkit.model.types import (
@@ -66,7 +66,7 @@ class _Reader:
     def mapping(self, value: Any, path: str) -> Mapping[str, Any]:
         if value is None:
             return {}
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):  # the ABC check is slow
             self.fail(path, f"expected an object, got {_describe(value)}")
         return value
 
@@ -164,13 +164,19 @@ def _members(cls: Any) -> dict[str, Any]:
     return {m.value: m for m in cls}
 
 
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    """isinstance(value, Mapping), a dict (what JSON and YAML give) checked first: the ABC's check
+    costs ~0.4 µs, asked of every object and of most fields of 20,000 objects at 10k services."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"[:80]
 
 
 def _meta_name(doc: Mapping[str, Any]) -> str:
     meta = doc.get("metadata")
-    if isinstance(meta, Mapping):
+    if _is_mapping(meta):
         ns, name = meta.get("namespace"), meta.get("name")
         if isinstance(name, str):
             return f"{ns}/{name}" if isinstance(ns, str) and ns else name
@@ -182,7 +188,7 @@ def from_k8s(doc: Any, source: str = "<input>") -> list[KubeObject]:
 
     Returns a list because a legacy Endpoints object becomes one slice per address family.
     """
-    if not isinstance(doc, Mapping):
+    if not _is_mapping(doc):
         raise InvalidObject(Problem(source, "?", "?", "", f"expected an object, got {_describe(doc)}"))
     kind = doc.get("kind")
     if not isinstance(kind, str) or not kind:
@@ -198,12 +204,12 @@ def _service_of(kind: str, doc: Mapping[str, Any]) -> str:
     """"namespace/name" of the Service an object feeds, read leniently (the object may be invalid):
     a Service or v1 Endpoints names it, an EndpointSlice labels it; "" when unknown."""
     meta = doc.get("metadata")
-    if kind not in ("Service", "Endpoints", "EndpointSlice") or not isinstance(meta, Mapping):
+    if kind not in ("Service", "Endpoints", "EndpointSlice") or not _is_mapping(meta):
         return ""
     name = meta.get("name")
     if kind == "EndpointSlice":
         labels = meta.get("labels")
-        name = labels.get(SERVICE_NAME_LABEL) if isinstance(labels, Mapping) else None
+        name = labels.get(SERVICE_NAME_LABEL) if _is_mapping(labels) else None
     ns = meta.get("namespace") or "default"
     return f"{ns}/{name}" if isinstance(name, str) and name and isinstance(ns, str) else ""
 
@@ -600,11 +606,11 @@ _DECODERS = {
 
 def list_items(doc: Any) -> Iterator[Any]:
     """Expand `kind: List` (and `*List` API responses) into their items, like kubectl."""
-    if isinstance(doc, Mapping) and isinstance(doc.get("kind"), str) and doc["kind"].endswith("List") \
+    if _is_mapping(doc) and isinstance(doc.get("kind"), str) and doc["kind"].endswith("List") \
             and isinstance(doc.get("items"), list):
         item_kind = doc["kind"][: -len("List")]
         for item in doc["items"]:
-            if isinstance(item, Mapping) and "kind" not in item and item_kind:
+            if _is_mapping(item) and "kind" not in item and item_kind:
                 item = {**item, "kind": item_kind}  # API list responses omit kind on items
             yield from list_items(item)
     elif doc is not None:
@@ -652,20 +658,25 @@ def parse_cidr_sloppy(text: str) -> IPNetwork:
         return ip_network(stripped, strict=False)
 
 
-_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_DOTTED_QUAD = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}").fullmatch
 
 
 def ipv4_fast(text: str) -> IPv4Address | None:
-    """A dotted-quad IPv4 address without `ipaddress`'s string parser (4× faster on 100,000 endpoint
-    addresses): one regular expression checks it. None for anything else, which `ip_address` then
-    judges (and words the error). Accepts exactly what ip_address accepts: four ASCII decimal octets
-    0-255, no leading zeros, nothing around them (test)."""
-    m = _DOTTED_QUAD(text)
-    if m is None:
+    """A dotted-quad IPv4 address without `ipaddress`'s string parser (8× faster on 100,000 endpoint
+    addresses): each of the four parts must be the canonical spelling of a number 0-255, which one
+    dict look-up tells and answers. None for anything else, which `ip_address` then judges (and
+    words the error). Accepts exactly what ip_address accepts: four ASCII decimal octets 0-255, no
+    leading zeros, nothing around them (test)."""
+    parts = text.split(".")
+    if len(parts) != 4:
         return None
-    a, b, c, d = m.groups()
-    return _Dotted(int(a) << 24 | int(b) << 16 | int(c) << 8 | int(d), text)
+    get = _OCTETS.get
+    a, b, c, d = get(parts[0]), get(parts[1]), get(parts[2]), get(parts[3])
+    if a is None or b is None or c is None or d is None:
+        return None
+    return _Dotted(a << 24 | b << 16 | c << 8 | d, text)
+
+
+_OCTETS = {str(i): i for i in range(256)}  # exactly the canonical spellings: "0", "7", "255"; not "07"
 
 
 class _Dotted(IPv4Address):

@@ -6,6 +6,8 @@ from ipaddress import ip_address, ip_network
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from netkit.errors import InvalidObject
 from netkit.model import from_k8s, list_items
@@ -121,7 +123,9 @@ def test_unknown_kinds_are_ignored_and_lists_expand() -> None:
 
 @pytest.mark.parametrize("text", ["10.0.0.1", "0.0.0.0", "255.255.255.255", "1.2.3", "1.2.3.4.5", "01.2.3.4",
                                   "1.2.3.256", "1.2.3.-1", "1.2.3. 4", "١.2.3.4", "1.2.3.4 ", "fd00::1", "", "a.b.c.d",
-                                  "1.2.3.4\x00", "1.2.3.4\n", "0x1.2.3.4", "1.2.3.04", "1.2.3.4/32"])
+                                  "1.2.3.4\x00", "1.2.3.4\n", "0x1.2.3.4", "1.2.3.04", "1.2.3.4/32", "1.2.3.",
+                                  "1.2.3.4.", "1..3.4", "+1.2.3.4", "1_0.2.3.4", " 1.2.3.4", "00.1.2.3", "1.2.3.4\t",
+                                  "255.255.255.256", "9.99.199.249"])
 def test_the_fast_ipv4_reader_accepts_exactly_what_ipaddress_accepts(text: str) -> None:
     from ipaddress import ip_address
 
@@ -134,6 +138,14 @@ def test_the_fast_ipv4_reader_accepts_exactly_what_ipaddress_accepts(text: str) 
     assert got == (expected if expected is not None and expected.version == 4 else None)
 
 
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="0123456789.-+_ x", max_size=17) | st.builds(
+    lambda parts: ".".join(parts), st.lists(st.integers(0, 300).map(str) | st.text("0123456789", max_size=4),
+                                            min_size=3, max_size=5)))
+def test_the_fast_ipv4_reader_agrees_with_ipaddress_on_any_text(text: str) -> None:
+    test_the_fast_ipv4_reader_accepts_exactly_what_ipaddress_accepts(text)
 
 @pytest.mark.parametrize("text", ["10.0.0.1", "0.0.0.0", "255.255.255.255", "192.0.2.10"])
 def test_an_address_read_fast_behaves_as_the_plain_one(text: str) -> None:
