@@ -305,9 +305,9 @@ def main() -> int:
                 how = "compared by its fingerprint" if r["full_sync_read_compared"] else "listed and parsed"
                 read_s, bare_s, fp_s = r["full_sync_read_s"], r["full_bare_dump_s"], r["fingerprint_read_s"]
                 print(f"        after a commit elsewhere in the namespace (the table {how}) {read_s:.2f} s "
-                      f"vs the bare dump {bare_s:.2f} s: {read_s / bare_s:.2f}x (target ≤ 1.0 s); "
+                      f"vs the bare dump {bare_s:.2f} s: {read_s / bare_s:.2f}x (target ≤ 1.0 s at 10k); "
                       f"its netlink read alone {fp_s:.2f} s: {fp_s / bare_s:.2f}x")
-                ok = ok and (n < 10_000 or r["full_sync_read_s"] <= 1.0)
+                ok = ok and (n != 10_000 or read_s <= 1.0)  # issue #15's target is at 10k
             print("        " + json.dumps({k: r[k] for k in ("split_first_change_s", "split_last_change_s",
                                                               "p50_outside_syncer_s", "payload_lines",
                                                               "full_sync_wrote", "rss_after_first_sync_mb",
