@@ -100,7 +100,7 @@ class IptablesKernel:
     def dump(self, tables: tuple[str, ...] = TABLES) -> Ruleset:
         """What the kernel holds, read table by table; the output is parsed as it streams in."""
         if (read := self._take_prefetched(tables)) is not None:
-            return self._remember(parse_chunks((c for _, chunks in read for c in chunks), self.family))
+            return self._remember(parse_chunks((c for _, chunks in read for c in _used(chunks)), self.family))
         return self._remember(parse_chunks(self._save_chunks(tables), self.family))
 
     def prefetch(self) -> bool:
@@ -135,7 +135,7 @@ class IptablesKernel:
         procs = [self._start_save(table) for table in TABLES] if read is None else []
         try:
             expected = {t: self._should_hold(t, committed) for t in TABLES if committed.chains(t)}
-            tables = (chunks for _, chunks in read) if read is not None else \
+            tables = (_used(chunks) for _, chunks in read) if read is not None else \
                 (self._read_save(t, p) for t, p in zip(TABLES, procs, strict=True))
             live, matched = read_expecting(tables, self.family, committed, expected)
             return self._remember(live, matched)
@@ -308,6 +308,13 @@ def cleanup_payload(live: Ruleset, owned: Callable[[str], bool] = is_owned) -> t
 def jump_target(rule: str) -> str | None:
     """The chain or verdict a rule jumps (-j) or goes (-g) to (rule.py reads it)."""
     return read(rule).target or None
+
+
+def _used(chunks: list[bytes]) -> Iterator[bytes]:
+    """The prefetched pieces, each let go once read (a 10k-service nat table is 37 MB of text)."""
+    chunks.reverse()
+    while chunks:
+        yield chunks.pop()
 
 
 def _reap(proc: subprocess.Popen[bytes]) -> None:
