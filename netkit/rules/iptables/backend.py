@@ -47,16 +47,13 @@ def plan(committed: Ruleset, desired: Ruleset) -> Plan:
     """The plan; when `desired` came from a Compiler whose previous result is `committed`, only the
     chains it says can differ are compared (the same plan, in a fraction of the time). When
     `committed` is a kernel dump read against that same previous result (a full sync), the chains
-    either side says can differ from it are compared: every other chain is the same in all three;
-    and when it was read against `desired` itself (`netkit diff`), the chains the read names."""
+    either side says can differ from it are compared: every other chain is the same in all three."""
     since, read = desired.since, committed.since
     only: frozenset[str] | None = None
     if since is not None and since.applies_to(committed):
         only = since.changed
     elif since is not None and read is not None and (base := since.base()) is not None and read.applies_to(base):
         only = since.changed | read.changed
-    elif read is not None and read.applies_to(desired):  # `netkit diff`: the dump was read against it
-        only = read.changed
     return _plan.plan(committed, desired, only=only)
 
 
