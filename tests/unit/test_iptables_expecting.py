@@ -141,6 +141,22 @@ def test_an_unchanged_kernel_is_never_split_into_lines(known: Ruleset, cuts: lis
 
 
 
+
+@settings(max_examples=100, deadline=None)
+@given(_rulesets, st.lists(st.integers(0, 10_000), max_size=6), st.data())
+def test_a_dump_read_against_the_desired_ruleset_plans_as_a_full_comparison(known: Ruleset, cuts: list[int],
+                                                                            data: st.DataObject) -> None:
+    """`netkit diff` reads the kernel against the ruleset it compiled: in sync, the planner compares
+    nothing; drifted or not, the plan (and its description, in its order) is a full comparison's."""
+    from netkit.rules.iptables import plan as iptables_plan
+    live = _drift(known, data) if data.draw(st.booleans()) else known
+    fast, _ = read_both(live, known, cuts)
+    got, full = backend.plan(fast, known), backend.plan(Ruleset(V4, dict(fast.tables)), known)
+    assert got == full and iptables_plan.describe(got) == iptables_plan.describe(full)
+    assert got.delete == full.delete  # order too
+    if fast == known:
+        assert got.empty
+
 def test_the_planner_compares_only_what_either_side_says_can_differ() -> None:
     """A full sync: desired compiled after `committed`, the kernel read against `committed`. A chain
     only the kernel changed (drift) is rewritten; one only the compiler changed too."""
