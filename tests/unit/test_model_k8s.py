@@ -204,7 +204,7 @@ def test_the_plain_endpoint_reader_reads_what_the_full_reader_reads(endpoint: di
     from netkit.model.k8s import _endpoint, _plain_endpoint, _Reader
     from netkit.model.types import AddressType
 
-    full = _endpoint(_Reader("f", "EndpointSlice", "ns/s-1"), endpoint, "endpoints[0]", AddressType.IPV4)
+    full = _endpoint(_Reader("f", "EndpointSlice", _slice_with(endpoint)), endpoint, "endpoints[0]", AddressType.IPV4)
     plain = _plain_endpoint(endpoint, AddressType.IPV4)
     assert plain is None or plain == full
     [decoded] = from_k8s(_slice_with(endpoint), "f")
