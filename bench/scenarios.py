@@ -34,8 +34,9 @@ from netkit.lab import running  # noqa: E402
 from netkit.lab.traffic import Tally  # noqa: E402
 from netkit.testing import scenarios as sc  # noqa: E402
 
-COLUMNS = ("attempted", "answered", "refused_as_expected", "failed", "timed_out", "wrong")
-HEADER = ("attempted", "answered", "refused (expected)", "failed", "timed out", "wrong/removed endpoint")
+COLUMNS = ("attempted", "answered", "refused_as_expected", "lost_in_move", "failed", "timed_out", "wrong")
+HEADER = ("attempted", "answered", "refused (expected)", "lost in a flow move", "failed", "timed out",
+          "wrong/removed endpoint")
 
 
 def total(tallies: dict[str, Tally]) -> dict[str, int]:

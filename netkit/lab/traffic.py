@@ -9,8 +9,16 @@ A `Timeline` says what each attempt may get: the test marks `change(new)` when i
 synced it (rules and conntrack cleanup); in between, the old and the new phase are both right.
 
 `tally` sorts every attempt into answered by a right endpoint, refused as expected (a Service
-without endpoints rejects), failed (refused/unreachable/closed where an endpoint should answer),
-timed out, or answered by a wrong or removed endpoint. Pure bookkeeping besides the sockets.
+without endpoints rejects), lost in a flow move, failed (refused/unreachable/closed where an endpoint
+should answer), timed out, or answered by a wrong or removed endpoint. Pure bookkeeping besides the
+sockets.
+
+Lost in a flow move: a sticky UDP flow on an endpoint that goes must move, and it moves when the
+daemon deletes its conntrack entry. A reply already on its way back then meets no entry, is not
+translated back to the service address, and the client's connected socket drops it — kube-proxy's
+cleanup does the same. So one timed-out request per sticky socket and change is allowed, only
+while the change is under way and only when the flow's last endpoint does not serve after it; a
+second one, or one on a flow that could stay, is a timeout like any other.
 """
 
 from __future__ import annotations
@@ -85,6 +93,11 @@ class Timeline:
                 current = phase
         return current
 
+    def after(self, t: float) -> Phase | None:
+        """The phase that follows the one at `t` (None for the last)."""
+        later = [phase for phase in self.phases if phase.since > t]
+        return later[0] if later else None
+
     def _now(self) -> float:
         return float(self.clock())  # type: ignore[operator]
 
@@ -97,6 +110,7 @@ class Tally:
     failed: int = 0
     timed_out: int = 0
     wrong: int = 0  # answered by an endpoint that was not (or no longer) one to answer
+    lost_in_move: int = 0  # sticky UDP: the one reply in flight when its flow moved (module docstring)
     examples: tuple[str, ...] = ()
 
     @property
@@ -105,14 +119,16 @@ class Tally:
 
     def __str__(self) -> str:
         return (f"attempted {self.attempted}, answered {self.answered}, refused as expected "
-                f"{self.refused_as_expected}, failed {self.failed}, timed out {self.timed_out}, "
-                f"wrong or removed endpoint {self.wrong}")
+                f"{self.refused_as_expected}, lost in a flow move {self.lost_in_move}, failed {self.failed}, "
+                f"timed out {self.timed_out}, wrong or removed endpoint {self.wrong}")
 
 
 def tally(attempts: Sequence[Attempt], timeline: Timeline) -> Tally:
-    counts = {"answered": 0, "refused_as_expected": 0, "failed": 0, "timed_out": 0, "wrong": 0}
+    counts = {"answered": 0, "refused_as_expected": 0, "failed": 0, "timed_out": 0, "wrong": 0, "lost_in_move": 0}
     examples: list[str] = []
     reached: dict[tuple[str, int], str] = {}  # UDP: the backend each client address:port last reached
+    flow: str | None = None  # sticky: the backend the socket's one flow last reached
+    forgiven: set[float] = set()  # sticky: the changes (by start) in which a request was lost in the move
     for a in sorted(attempts, key=lambda a: a.started):
         phase = timeline.at(a.started)
         right = phase.new | phase.serving if a.sticky else phase.new
@@ -125,6 +141,11 @@ def tally(attempts: Sequence[Attempt], timeline: Timeline) -> Tally:
             verdict = "answered" if r.backend in right else "wrong"
             if a.proto == "udp" and r.peer is not None and r.backend is not None:
                 reached[r.peer] = r.backend
+            if a.sticky:
+                flow = r.backend
+        elif r.outcome is Outcome.TIMEOUT and a.sticky and _moving(timeline, a.started, flow, forgiven):
+            verdict = "lost_in_move"
+            forgiven.add(phase.since)
         elif r.outcome is Outcome.TIMEOUT:
             # UDP to a Service without endpoints: the kernel rate-limits its ICMP port-unreachable
             # replies per client, so some datagrams are dropped silently: as good as a refusal
@@ -135,6 +156,13 @@ def tally(attempts: Sequence[Attempt], timeline: Timeline) -> Tally:
         if verdict in ("wrong", "failed", "timed_out") and len(examples) < 5:
             examples.append(f"{a.target} at {a.started:.3f}: {r.outcome.value} {r.text!r} (right: {sorted(right)})")
     return Tally(len(attempts), examples=tuple(examples), **counts)
+
+
+def _moving(timeline: Timeline, t: float, flow: str | None, forgiven: set[float]) -> bool:
+    """Whether a sticky flow last on `flow` had to move in a change under way at `t`, and no request
+    of it was lost in that change yet."""
+    phase, nxt = timeline.at(t), timeline.after(t)
+    return flow is not None and nxt is not None and flow not in nxt.serving and phase.since not in forgiven
 
 
 class Traffic:

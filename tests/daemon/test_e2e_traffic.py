@@ -3,7 +3,8 @@ follows a rolling update, a scale to zero and back, a restart, a SIGKILL in the 
 endpoint removed while it was down, endpoints that terminate while still serving, its manifest
 directory removed and re-created, and every file in it deleted for 2 s. Every attempt is judged
 against what was right when it started (`netkit.lab.traffic`): none may fail, time out, or be
-answered by a wrong or removed endpoint.
+answered by a wrong or removed endpoint (a kept UDP socket whose flow must move may lose the one
+reply in flight when its conntrack entry is deleted, as with kube-proxy: see `netkit.lab.traffic`).
 
 Short runs (20 new TCP connections/s to the ClusterIP and to the NodePort, 10 UDP requests/s on one
 socket and 10 on new sockets, ~0.6 s per step), iptables-legacy mode; `bench/scenarios.py` runs the
