@@ -37,11 +37,13 @@ from netkit.model.types import (
     ServicePort,
     ServiceType,
     TrafficPolicy,
+    quick_init,
 )
 
 T = TypeVar("T")
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, order=True)
 class ServicePortName:
     """kube-proxy's name of a service port: `ns/svc:port`, or `ns/svc` when the port is unnamed."""
@@ -53,6 +55,7 @@ class ServicePortName:
         return f"{self.ref}:{self.port}" if self.port else str(self.ref)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, order=True)
 class EndpointAddr:
     """One endpoint of one service port, as the dataplane sees it."""
@@ -87,6 +90,7 @@ class Verdict(Enum):
     # load balancer's health check, which sees no local endpoint, steers them elsewhere)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Traffic:
     """Where one kind of traffic to a service port goes, decided once here for every backend:
@@ -98,6 +102,7 @@ class Traffic:
     verdict: Verdict | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ServicePortState:
     name: ServicePortName

@@ -9,11 +9,39 @@ Addresses are `ipaddress` objects, never strings.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import TypeVar
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
+T = TypeVar("T")
+
+
+def quick_init(cls: type[T]) -> type[T]:
+    """A frozen dataclass's `__init__` made again, the same in every way but one: it calls
+    `object.__setattr__` through a local name rather than looking it up for every field, as the
+    generated one does — a third faster, for the classes made 100,000 times at 10,000 services
+    (endpoints, their per-port copies, service ports). Plain fields only (defaults, no factories,
+    all set by __init__, no __post_init__); a test compares the signature with the generated one."""
+    own = fields(cls)  # type: ignore[arg-type]
+    if "__post_init__" in cls.__dict__ or any(not f.init or f.kw_only or f.default_factory is not MISSING
+                                              for f in own):
+        raise TypeError(f"quick_init: {cls.__name__} has a field it cannot set plainly")
+    defaults = {f"_d_{f.name}": f.default for f in own if f.default is not MISSING}
+    params = ", ".join(f.name if f.default is MISSING else f"{f.name}=_d_{f.name}" for f in own)
+    body = "".join(f"        _set(self, {f.name!r}, {f.name})\n" for f in own)
+    source = f"def make({', '.join(['_set', *defaults])}):\n    def __init__(self, {params}):\n{body}" \
+             "    return __init__\n"
+    scope: dict[str, object] = {}
+    exec(source, {}, scope)  # as dataclasses itself makes __init__
+    make = scope["make"]
+    assert callable(make)
+    init = make(object.__setattr__, *defaults.values())
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__annotations__ = {**{f.name: f.type for f in own}, "return": None}
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
 
 
 class Protocol(enum.Enum):
@@ -67,6 +95,7 @@ DEFAULT_AFFINITY_TIMEOUT = 10800
 MAX_AFFINITY_TIMEOUT = 86400
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, order=True)
 class ObjectRef:
     """namespace/name of an object."""
@@ -78,6 +107,7 @@ class ObjectRef:
         return f"{self.namespace}/{self.name}"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ServicePort:
     name: str  # "" when the port is unnamed (allowed only for a single-port service)
@@ -88,6 +118,7 @@ class ServicePort:
     app_protocol: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Service:
     ref: ObjectRef
@@ -137,6 +168,7 @@ class Service:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     addresses: tuple[IPAddress, ...]  # FQDN slices carry no usable addresses and are dropped earlier
@@ -151,6 +183,7 @@ class Endpoint:
     target_ref: ObjectRef | None = None  # the Pod, when known (DNS pod records)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class EndpointPort:
     name: str
@@ -159,6 +192,7 @@ class EndpointPort:
     app_protocol: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class EndpointSlice:
     ref: ObjectRef
