@@ -171,3 +171,29 @@ def test_traffic_distribution_acts_through_the_hints_only() -> None:
     prefer = {"trafficDistribution": "PreferClose"}
     assert cluster(prefer, eps) == cluster({}, eps) == ["10.244.1.1", "10.244.2.1"]
     assert cluster(prefer, hinted) == cluster({}, hinted) == ["10.244.1.1"]
+
+
+@pytest.mark.parametrize("etp", ["Cluster", "Local"])
+@pytest.mark.parametrize("itp", ["Cluster", "Local"])
+@pytest.mark.parametrize("stype", ["ClusterIP", "NodePort", "LoadBalancer"])
+def test_each_port_is_categorized_by_its_own_traffic_needs(etp: str, itp: str, stype: str) -> None:
+    """NodeState decides a port's endpoint lists from what the port itself needs (its family's
+    external and load-balancer IPs: a dual-stack Service with an IPv4 external IP only is
+    externally reachable in IPv4 alone): the lists equal `categorize` of the built port."""
+    from netkit.model.state import categorize
+    spec: dict[str, object] = {"type": stype, "externalTrafficPolicy": etp, "internalTrafficPolicy": itp,
+                               "ipFamilies": ["IPv4", "IPv6"], "externalIPs": ["203.0.113.7"]}
+    if stype == "ClusterIP":
+        spec.pop("externalTrafficPolicy")
+    ports = [{"name": "http", "port": 80, "targetPort": 8080, **({"nodePort": 30080} if stype != "ClusterIP" else {})}]
+    objs = objects(
+        node(), service(ip=["10.96.0.10", "fd00::10"], ports=ports, **spec),
+        slice_(endpoints=[endpoint("10.0.0.1", "node-a"), endpoint("10.0.0.2", "node-b"),
+                          endpoint("10.0.0.3", "node-a", ready=False, serving=True, terminating=True)]),
+        slice_(name="web-v6", address_type="IPv6",
+               endpoints=[endpoint("fd00::1", "node-a"), endpoint("fd00::2", "node-b")]))
+    built = build(objs, "node-a").ports
+    assert {p.family for p in built} == {IPFamily.IPV4, IPFamily.IPV6}
+    for p in built:
+        assert (p.cluster_endpoints, p.local_endpoints, p.has_endpoints) == categorize(p.endpoints, p, "zone-a",
+                                                                                        "node-a"), p.family
