@@ -22,6 +22,7 @@ endpoint lists (cluster / local / has any) come ready-made from NodeState. Above
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from ipaddress import IPv4Network, IPv6Network
 from typing import NamedTuple
@@ -194,10 +195,9 @@ class _Builder:
         chains: dict[str, list[str]] = {}
         name = str(p.name)
         proto = p.protocol.lower
-        svc = n.service_chain("KUBE-SVC-", p.name, p.protocol)
-        svl = n.service_chain("KUBE-SVL-", p.name, p.protocol)
-        ext = n.service_chain("KUBE-EXT-", p.name, p.protocol)
-        fw = n.service_chain("KUBE-FW-", p.name, p.protocol)
+        port_hash = n.port_hash(name, proto)  # n.service_chain's, made once for the four names
+        svc, svl, ext, fw = "KUBE-SVC-" + port_hash, "KUBE-SVL-" + port_hash, "KUBE-EXT-" + port_hash, \
+            "KUBE-FW-" + port_hash
 
         # The model decided where each kind of traffic goes (ServicePortState.internal / .external).
         internal, external = p.internal, p.external
@@ -278,8 +278,7 @@ class _Builder:
         if p.local_endpoints and p.uses_local_endpoints:
             rules = [masq] if masq and internal_chain == svl else []
             chains[svl] = rules + self._lb_rules(p, [eps[id(e)] for e in p.local_endpoints])
-        for ep in eps.values():
-            chains[ep.chain] = self._sep_chain(p, ep)
+        chains.update(self._sep_chains(p, name, proto, eps.values()))
         return _Chunk({c: tuple(r) for c, r in nat.items() if r}, {c: tuple(r) for c, r in filt.items() if r},
                       {c: tuple(r) for c, r in chains.items()})
 
@@ -347,16 +346,22 @@ class _Builder:
                 rules.append(f"{c}-j {ep.chain}")
         return rules
 
-    def _sep_chain(self, p: ServicePortState, ep: _Ep) -> list[str]:
-        proto = p.protocol.lower
-        comment = "" if self.large else f" -m comment --comment {quote_comment(str(p.name))}"
-        recent = ""
-        if p.affinity_timeout is not None:
-            recent = f" -m recent --set --name {ep.chain} --mask {self.mask} --rsource"
-        return [
-            f"-s {ep.source}{comment} -j {n.MARK_MASQ}",
-            f"-p {proto}{comment}{recent} -m {proto} -j DNAT --to-destination {ep.text}",
-        ]
+    def _sep_chains(self, p: ServicePortState, name: str, proto: str,
+                    eps: Iterable[_Ep]) -> Iterator[tuple[str, list[str]]]:
+        """Each endpoint's KUBE-SEP chain: hairpin masquerade, [recent --set], DNAT. What is the same
+        for every endpoint of the port is rendered once (100,000 endpoints at 10k services)."""
+        comment = "" if self.large else f" -m comment --comment {quote_comment(name)}"
+        hairpin = f"{comment} -j {n.MARK_MASQ}"
+        dnat = f" -m {proto} -j DNAT --to-destination "
+        head = f"-p {proto}{comment}"
+        if p.affinity_timeout is None:
+            for ep in eps:
+                yield ep.chain, [f"-s {ep.source}{hairpin}", f"{head}{dnat}{ep.text}"]
+            return
+        mask = self.mask
+        for ep in eps:
+            yield ep.chain, [f"-s {ep.source}{hairpin}",
+                             f"{head} -m recent --set --name {ep.chain} --mask {mask} --rsource{dnat}{ep.text}"]
 
     # --- fixed chains and entry jumps ------------------------------------------------------------
 

@@ -47,13 +47,14 @@ def hash16(text: str) -> str:
 
 
 @lru_cache(maxsize=65536)
-def _port_hash(name: str, proto: str) -> str:
+def port_hash(name: str, proto: str) -> str:
+    """The hash of a service port's chains, from its name ("ns/svc:port") and protocol ("tcp")."""
     return hash16(name + proto)
 
 
 def service_chain(prefix: str, name: ServicePortName, protocol: Protocol) -> str:
     """KUBE-SVC-, KUBE-SVL-, KUBE-EXT- or KUBE-FW- + the port's hash."""
-    return prefix + _port_hash(str(name), protocol.lower)
+    return prefix + port_hash(str(name), protocol.lower)
 
 
 def endpoint_chain(name: ServicePortName, protocol: Protocol, endpoint: EndpointAddr) -> str:
