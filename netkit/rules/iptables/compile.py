@@ -266,7 +266,7 @@ class _Builder:
                 f"-p tcp -m comment --comment {quote_comment(name + ' health check node port')} "
                 f"-m tcp --dport {p.health_check_node_port} -j ACCEPT")
 
-        masq = self._clusterip_masq(p, cip, dport) if has_internal else None
+        masq = self._clusterip_masq(p, name, cip, dport) if has_internal else None
         if uses_ext:
             chains[ext] = self._ext_chain(p, svc, external_policy_chain, has_external)
         if uses_fw:
@@ -274,10 +274,10 @@ class _Builder:
         eps = _endpoints(p, name, proto)
         if p.cluster_endpoints and p.uses_cluster_endpoints:
             rules = [masq] if masq and internal_chain == svc else []
-            chains[svc] = rules + self._lb_rules(p, [eps[id(e)] for e in p.cluster_endpoints])
+            chains[svc] = rules + self._lb_rules(p, name, [eps[id(e)] for e in p.cluster_endpoints])
         if p.local_endpoints and p.uses_local_endpoints:
             rules = [masq] if masq and internal_chain == svl else []
-            chains[svl] = rules + self._lb_rules(p, [eps[id(e)] for e in p.local_endpoints])
+            chains[svl] = rules + self._lb_rules(p, name, [eps[id(e)] for e in p.local_endpoints])
         chains.update(self._sep_chains(p, name, proto, eps.values()))
         return _Chunk({c: tuple(r) for c, r in nat.items() if r}, {c: tuple(r) for c, r in filt.items() if r},
                       {c: tuple(r) for c, r in chains.items()})
@@ -290,10 +290,10 @@ class _Builder:
         for c, rules in chunk.filter.items():
             filter_[c] += rules
 
-    def _clusterip_masq(self, p: ServicePortState, cip: str, dport: str) -> str | None:
+    def _clusterip_masq(self, p: ServicePortState, name: str, cip: str, dport: str) -> str | None:
         """Masquerade off-cluster traffic to the clusterIP (it may have been routed here from
         outside and must return through this node), or everything with masqueradeAll."""
-        tail = f"-p {p.protocol.lower} -m comment --comment {quote_comment(str(p.name) + ' cluster IP')} " \
+        tail = f"-p {p.protocol.lower} -m comment --comment {quote_comment(name + ' cluster IP')} " \
                f"{dport} -j {n.MARK_MASQ}"
         if self.config.masquerade_all:
             return f"-d {cip} {tail}"
@@ -329,8 +329,7 @@ class _Builder:
             rules += [f"-s {host(ip)} -m comment --comment {comment} -j {ext}" for ip in p.load_balancer_ips]
         return rules
 
-    def _lb_rules(self, p: ServicePortState, eps: list[_Ep]) -> list[str]:
-        name = str(p.name)
+    def _lb_rules(self, p: ServicePortState, name: str, eps: list[_Ep]) -> list[str]:
         comments = [""] * len(eps) if self.large else [
             f"-m comment --comment {quote_comment(f'{name} -> {ep.text}')} " for ep in eps]
         rules: list[str] = []
