@@ -169,18 +169,22 @@ def expected_save(table: str, known: Chains, differs: frozenset[str] = frozenset
 
 
 def _save_text(users: list[str], order: list[str], rules: list[tuple[str, ...]]) -> str:
-    """The declarations of `users`, then each chain's rules in `order`, then COMMIT. One string per
-    chain: at 10k services 110k chains hold 340k rules, and a string per rule line (or per piece)
-    costs half as much again (most chains are KUBE-SEP ones of two rules: one f-string each)."""
-    out = list(map(":{} - [0:0]\n".format, users))
-    add = out.append
+    """The declarations of `users`, then each chain's rules in `order`, then COMMIT: one join of
+    the pieces, which are the rules themselves and one prefix string per chain (at 10k services,
+    110k chains of 340k rules: no string is made per line, so the text is the only new 37 MB;
+    most chains are KUBE-SEP ones of two rules, added in one step each)."""
+    out: list[str] = []
+    add = out.extend
+    for chain in users:
+        add((":", chain, " - [0:0]\n"))
     for chain, lines in zip(order, rules, strict=True):
+        prefix = f"-A {chain} "
         if len(lines) == 2:
-            add(f"-A {chain} {lines[0]}\n-A {chain} {lines[1]}\n")
-        elif lines:
-            prefix = f"-A {chain} "
-            add(prefix + ("\n" + prefix).join(lines) + "\n")
-    add("COMMIT\n")
+            add((prefix, lines[0], "\n", prefix, lines[1], "\n"))
+        else:
+            for line in lines:
+                add((prefix, line, "\n"))
+    out.append("COMMIT\n")
     return "".join(out)
 
 
