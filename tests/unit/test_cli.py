@@ -152,3 +152,15 @@ def test_a_one_pass_command_leaves_the_garbage_collector_as_it_found_it(tmp_path
     assert gc.isenabled()
     assert main(["compile", "-f", str(manifest), "--mode", "iptables", "--node-name", "n"]) == 0
     assert gc.isenabled()
+
+
+def test_a_node_name_is_known_from_its_node_object_or_an_endpoint() -> None:
+    from netkit.cli.inputs import unknown_node
+    from tests.factories import endpoint, node, objects, slice_
+    objs = objects(node("node-a"), slice_(endpoints=[endpoint("10.0.0.1", "node-b")]))
+    assert unknown_node("node-a", objs, defaulted=False) == ""  # a Node object
+    assert unknown_node("node-b", objs, defaulted=False) == ""  # an endpoint's nodeName only
+    said = unknown_node("node-c", objs, defaulted=True)
+    assert said.startswith("node name 'node-c' (the hostname; give --node-name) matches no Node object")
+    assert "known: node-a, node-b" in said
+    assert unknown_node("node-c", objects(slice_(endpoints=[endpoint("10.0.0.1", None)])), defaulted=False) == ""
