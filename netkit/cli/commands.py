@@ -232,9 +232,12 @@ def _diff(args: argparse.Namespace, progress: Progress) -> int:
         # modes' leftovers are mostly the tools' work. A missing namespace is reported after the
         # input's own errors (by _setup), as before.
         kernels = {family: be.kernel(config, family, args.netns) for family in _families(args)}
+        there = not args.netns or exists(args.netns)
         early = EarlyDumps({family: partial(_read_kernel, be.name, family, kernel, args.netns)
-                            for family, kernel in kernels.items()}) if not args.netns or exists(args.netns) else None
-        inputs = _with_nfacct(_read(args, progress, config), args)
+                            for family, kernel in kernels.items()}) if there else None
+        counters = EarlyDumps({"nfacct": partial(nfacct.existing, args.netns)}) \
+            if there and config.mode == "iptables" else None
+        inputs = _with_nfacct(_read(args, progress, config), args, counters.get("nfacct") if counters else None)
         report: dict[str, FamilyDiff[P]] = {}
         surveys: dict[IPFamily, list[Survey]] = {}
 
@@ -372,12 +375,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 
-def _with_nfacct(inputs: Inputs, args: argparse.Namespace) -> Inputs:
+def _with_nfacct(inputs: Inputs, args: argparse.Namespace, found: tuple[str, ...] | None = None) -> Inputs:
     """iptables mode against a kernel: count into the nfacct counters that exist in the namespace
-    (`netkit run` and kube-proxy create them), so their rules compare equal; none are created here."""
+    (`netkit run` and kube-proxy create them), so their rules compare equal; none are created here.
+    `found`: those counters, when already read (diff reads them beside the input)."""
     if inputs.config.mode != "iptables":
         return inputs
-    counters = nfacct.existing(args.netns)
+    counters = found if found is not None else nfacct.existing(args.netns)
     return replace(inputs, config=replace(inputs.config, nfacct_counters=counters)) if counters else inputs
 
 
