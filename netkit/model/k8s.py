@@ -668,6 +668,8 @@ def ipv4_fast(text: str) -> IPv4Address | None:
     dict look-up tells and answers. None for anything else, which `ip_address` then judges (and
     words the error). Accepts exactly what ip_address accepts: four ASCII decimal octets 0-255, no
     leading zeros, nothing around them (test)."""
+    if type(text) is not str:  # a str subclass: its text is not kept (ip_address reads it)
+        return None
     parts = text.split(".")
     if len(parts) != 4:
         return None

@@ -217,3 +217,17 @@ def test_an_unusual_endpoint_is_judged_by_the_full_reader_with_its_path(endpoint
     with pytest.raises(InvalidObject) as exc:
         from_k8s(_slice_with(endpoint), "f.yaml:3")
     assert reason in str(exc.value)
+
+
+def test_an_address_given_as_a_str_subclass_is_read_plainly() -> None:
+    from ipaddress import IPv4Address
+
+    from netkit.model.k8s import ipv4_fast
+
+    class Text(str):
+        pass
+
+    assert ipv4_fast(Text("10.0.0.1")) is None  # ip_address reads it: nothing of the subclass is kept
+    [svc] = from_k8s(service(ip=Text("10.96.0.10")), "f")
+    assert isinstance(svc, Service) and type(str(svc.cluster_ips[0])) is str
+    assert svc.cluster_ips[0] == IPv4Address("10.96.0.10")
