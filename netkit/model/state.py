@@ -113,7 +113,7 @@ def _uses_local(internal_local: bool, external_local: bool, externally: bool) ->
     return internal_local or (externally and external_local)
 
 
-class Uses(typing.Protocol):
+class Uses(typing.Protocol):  # (typing's: `Protocol` here is the TCP/UDP/SCTP enum)
     """Which endpoint lists a service port needs (what `categorize` reads of it)."""
 
     @property
