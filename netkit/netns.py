@@ -106,3 +106,40 @@ def netlink_socket(netns: str | None, proto: int, *, rcvbuf: int = 0) -> socket.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.bind((0, 0))
     return sock
+
+
+class KeptSocket:
+    """A socket opened on first use by `opener` (which creates it in the right namespace) and kept
+    open: closing a netfilter netlink socket costs ~13 ms, more than a whole batch. When the
+    namespace file at `netns_path` (/run/netns/NAME) is no longer the one the socket was opened in
+    — a namespace deleted and created again under the same name is another namespace — the old
+    socket is closed and a new one opened."""
+
+    def __init__(self, opener: Callable[[], socket.socket], netns_path: str | None, *, timeout: float) -> None:
+        self._opener = opener
+        self._path = netns_path
+        self._timeout = timeout
+        self._sock: socket.socket | None = None
+        self._opened_in: tuple[int, int] | None = None
+
+    def get(self) -> tuple[socket.socket, bool]:
+        """The socket, and whether it was opened again because the namespace is another one.
+        OSError: the namespace is gone, or no socket could be opened."""
+        where = None
+        if self._path is not None:
+            st = os.stat(self._path)
+            where = st.st_dev, st.st_ino
+        replaced = self._sock is not None and where != self._opened_in
+        if replaced:
+            self.close()
+        if self._sock is None:
+            sock = self._opener()
+            sock.settimeout(self._timeout)
+            self._sock, self._opened_in = sock, where
+        return self._sock, replaced
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self._opened_in = None

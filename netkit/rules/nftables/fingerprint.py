@@ -40,6 +40,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from netkit.netns import KeptSocket
 from netkit.rules.nftables import netlink
 from netkit.rules.nftables.plan import Transaction
 from netkit.rules.nftables.ruleset import Element, NamedSet
@@ -305,12 +306,9 @@ class Reader:
 
     def __init__(self, opener: Callable[[], socket.socket], family: str, table: str,
                  netns_path: str | None = None) -> None:
-        self._opener = opener
+        self._kept = KeptSocket(opener, netns_path, timeout=30)
         self._family = netlink.FAMILIES[family]
         self._table = kernel_name(table)
-        self._path = netns_path
-        self._sock: socket.socket | None = None
-        self._opened_in: tuple[int, int] | None = None
         self._seq = 0
         self._buffer = bytearray(1 << 20)
 
@@ -419,26 +417,11 @@ class Reader:
                 self.close()
 
     def _socket(self) -> socket.socket:
-        where = None
-        if self._path is not None:
-            try:
-                st = os.stat(self._path)
-            except OSError as exc:
-                raise Unreadable(f"{self._path}: {exc}") from exc
-            where = st.st_dev, st.st_ino
-        if self._sock is not None and where != self._opened_in:
-            self.close()
-        if self._sock is None:
-            try:
-                self._sock = self._opener()
-            except OSError as exc:
-                raise Unreadable(f"netlink socket: {exc}") from exc
-            self._sock.settimeout(30)
-            self._opened_in = where
-        return self._sock
+        try:
+            return self._kept.get()[0]
+        except OSError as exc:
+            raise Unreadable(f"netlink socket: {exc}") from exc
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        self._kept.close()
 

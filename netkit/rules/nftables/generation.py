@@ -26,12 +26,11 @@ every full sync reads the kernel.
 from __future__ import annotations
 
 import itertools
-import os
 import socket
 import struct
 from collections.abc import Callable
 
-from netkit.netns import netlink_socket
+from netkit.netns import KeptSocket, netlink_socket
 
 NETLINK_NETFILTER = 12
 NFNL_SUBSYS_NFTABLES = 10
@@ -74,14 +73,11 @@ class Generation:
     """Reads the generation over one netfilter netlink socket, opened on first use by `opener`
     (which creates it inside the right network namespace). `netns_path` (/run/netns/NAME) is
     checked on every read: a namespace deleted and created again under the same name is another
-    namespace, whose generation the old socket would never see move; then the read says "not known"
-    and the next one opens a new socket."""
+    namespace, whose generation the old socket would never see move; then the read opens a new
+    socket (netns.KeptSocket) and says "not known"."""
 
     def __init__(self, opener: Callable[[], socket.socket], netns_path: str | None = None) -> None:
-        self._opener = opener
-        self._path = netns_path
-        self._sock: socket.socket | None = None
-        self._opened_in: tuple[int, int] | None = None
+        self._kept = KeptSocket(opener, netns_path, timeout=5)
         self._failed = False
         self._seq = itertools.count(1)
 
@@ -89,29 +85,22 @@ class Generation:
         if self._failed:
             return None
         try:
-            where = self._namespace()
-        except OSError:  # the namespace is gone: nothing known, try again next time
+            sock, replaced = self._kept.get()
+        except FileNotFoundError:  # the namespace is gone: nothing known, try again next time
             self.close()
             return None
+        except OSError:
+            self.close()
+            self._failed = True
+            return None
+        if replaced:
+            return None  # another namespace: its generation says nothing of what was known
         try:
-            if self._sock is not None and where != self._opened_in:
-                self.close()
-                return None
-            if self._sock is None:
-                self._sock = self._opener()
-                self._sock.settimeout(5)
-                self._opened_in = where
-            return self._ask(self._sock)
+            return self._ask(sock)
         except (OSError, struct.error):
             self.close()
             self._failed = True
             return None
-
-    def _namespace(self) -> tuple[int, int] | None:
-        if self._path is None:
-            return None
-        st = os.stat(self._path)
-        return st.st_dev, st.st_ino
 
     def _ask(self, sock: socket.socket) -> int | None:
         seq = next(self._seq)
@@ -123,10 +112,7 @@ class Generation:
                 return generation_of(reply, seq)
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        self._opened_in = None
+        self._kept.close()
 
 
 def netfilter_socket(netns: str | None) -> socket.socket:

@@ -46,6 +46,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from netkit.netns import KeptSocket
 from netkit.rules.nftables.plan import Transaction
 from netkit.rules.nftables.render import type_line
 from netkit.rules.nftables.rule import (
@@ -596,10 +597,12 @@ class Writer:
     created again under the same name is never written through the old one's socket."""
 
     def __init__(self, opener: Callable[[], socket.socket], netns_path: str | None = None) -> None:
-        self._opener = opener
-        self._path = netns_path
-        self._sock: socket.socket | None = None
-        self._opened_in: tuple[int, int] | None = None
+        def acked() -> socket.socket:
+            sock = opener()
+            sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)  # errors without a copy of the message
+            return sock
+
+        self._kept = KeptSocket(acked, netns_path, timeout=5)
         self._seq = 1
 
     def send(self, tx: Transaction, genid: int) -> None:
@@ -607,7 +610,7 @@ class Writer:
         batch = encode(tx, genid, self._seq)
         self._seq = (self._seq + batch.messages + 2) % (1 << 31) or 1
         try:
-            sock = self._socket()
+            sock, _ = self._kept.get()
             drain(sock)
             sock.send(batch.data)  # the batch is delivered whole or not at all
         except OSError as exc:
@@ -619,25 +622,8 @@ class Writer:
             self.close()
             raise
 
-    def _socket(self) -> socket.socket:
-        where = None
-        if self._path is not None:
-            st = os.stat(self._path)
-            where = st.st_dev, st.st_ino
-        if self._sock is not None and where != self._opened_in:
-            self.close()
-        if self._sock is None:
-            self._sock = self._opener()
-            self._sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)  # errors without a copy of the message
-            self._sock.settimeout(5)
-            self._opened_in = where
-        return self._sock
-
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-
+        self._kept.close()
 
 def drain(sock: socket.socket) -> None:
     """Drop replies still queued from an earlier batch (those after its first error)."""
