@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import root_netns
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
@@ -64,3 +66,48 @@ def held_socket(kind: int) -> socket.socket:
     if kind == socket.SOCK_STREAM:
         s.listen()
     return s
+
+
+# --- the machine's own network namespace is left as it was (tests/root_netns.py) -----------------
+
+
+def _guards(config: pytest.Config) -> bool:
+    return os.geteuid() == 0 and os.environ.get("NETKIT_ROOT_GUARD", "session") != "off"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Picture the machine's own namespace before any test (in xdist's controller: once)."""
+    if _guards(session.config) and not hasattr(session.config, "workerinput"):
+        session.config.stash[_BEFORE] = root_netns.read()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when the tests changed the machine's own network namespace."""
+    before = session.config.stash.get(_BEFORE, None)
+    if before is None:
+        return
+    found = root_netns.changes(before, root_netns.read())
+    if found:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = ["the tests changed the machine's own network namespace (tests/root_netns.py; "
+                 "NETKIT_ROOT_GUARD=each -n 0 names the test):", *(f"  {line}" for line in found)]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True, bold=True)
+        else:
+            print("\n".join(lines), file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_BEFORE = pytest.StashKey[dict[str, list[str]]]()
+
+
+@pytest.fixture(autouse=True)
+def _root_netns_each(request: pytest.FixtureRequest) -> Iterator[None]:
+    """NETKIT_ROOT_GUARD=each: the same check around every test, failing the test that changed it."""
+    if os.environ.get("NETKIT_ROOT_GUARD") != "each" or os.geteuid() != 0:
+        yield
+        return
+    before = root_netns.read()
+    yield
+    found = root_netns.changes(before, root_netns.read())
+    assert not found, "this test changed the machine's own network namespace:\n" + "\n".join(found)

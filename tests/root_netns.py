@@ -1,0 +1,107 @@
+"""What the tests must leave as they found it in the machine's own network namespace, and the check
+that they do (tests/conftest.py runs it around the whole session, as root).
+
+Every kernel test runs in namespaces it creates; nothing may change the machine's own. `read()`
+takes a picture of what a stray command would change there, without changing anything itself: the
+iptables-legacy tables that exist (`/proc/net/ip_tables_names`: reading a table by name would
+create it), their rules and those of every nftables table (iptables-nft's included), the ipsets,
+the interfaces, addresses and routes, and the sysctls netkit and the lab write in their
+namespaces. Counters, lifetimes and timestamps are left out: traffic on the machine changes them.
+`changes(before, after)` says what differs, a line per item.
+
+Set NETKIT_ROOT_GUARD=each to check around every test instead (slower; run with `-n 0` so a
+change is blamed on the test that made it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+# The sysctls netkit (runtime/sysctls.py, ipvs/kernel.py) and the lab (lab/wiring.py) write, where
+# this kernel has them.
+SYSCTLS = (
+    "net/ipv4/ip_forward",
+    "net/ipv4/conf/all/route_localnet",
+    "net/ipv4/conf/all/rp_filter",
+    "net/ipv4/conf/default/rp_filter",
+    "net/ipv4/conf/all/arp_ignore",
+    "net/ipv4/conf/all/arp_announce",
+    "net/ipv6/conf/all/forwarding",
+    "net/ipv6/conf/all/disable_ipv6",
+    "net/ipv6/conf/all/accept_dad",
+    "net/ipv6/conf/default/accept_dad",
+    "net/bridge/bridge-nf-call-iptables",
+    "net/bridge/bridge-nf-call-ip6tables",
+    "net/netfilter/nf_conntrack_tcp_be_liberal",
+    "net/netfilter/nf_conntrack_tcp_timeout_established",
+    "net/netfilter/nf_conntrack_tcp_timeout_close_wait",
+    "net/netfilter/nf_conntrack_udp_timeout",
+    "net/netfilter/nf_conntrack_udp_timeout_stream",
+)
+
+_COUNTERS = re.compile(r" \[\d+:\d+\]|counter packets \d+ bytes \d+")
+_LIFETIMES = re.compile(r" (valid_lft|preferred_lft|expires) \S+")
+
+
+def normalize(text: str) -> list[str]:
+    """A tool's listing without what traffic and time change: comment lines (iptables-save's dates),
+    counters, address and route lifetimes; blank lines and trailing spaces dropped."""
+    lines = (_LIFETIMES.sub("", _COUNTERS.sub("", line)).rstrip() for line in text.splitlines())
+    return [line for line in lines if line and not line.lstrip().startswith("#")]
+
+
+def _tool(*argv: str) -> str:
+    if shutil.which(argv[0]) is None:
+        return f"({argv[0]} not installed)"
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    return proc.stdout if proc.returncode == 0 else f"({' '.join(argv)} failed: {proc.stderr.strip()})"
+
+
+def _file(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return "(absent)"
+
+
+def read() -> dict[str, list[str]]:
+    """The picture: per item, its normalized lines. Reads only (see the module docstring)."""
+    state = {
+        "iptables-legacy tables": normalize(_file(Path("/proc/net/ip_tables_names"))),
+        "ip6tables-legacy tables": normalize(_file(Path("/proc/net/ip6_tables_names"))),
+        "iptables-legacy rules": normalize(_tool("iptables-legacy-save")),  # no -t: only the tables that exist
+        "ip6tables-legacy rules": normalize(_tool("ip6tables-legacy-save")),
+        "nftables ruleset": normalize(_tool("nft", "list", "ruleset")),
+        "ipsets": normalize(_tool("ipset", "list", "-n")),
+        "interfaces": normalize(_tool("ip", "-o", "link", "show")),
+        "addresses": normalize(_tool("ip", "-o", "addr", "show")),
+        "IPv4 routes": normalize(_tool("ip", "-4", "route", "show", "table", "all")),
+        "IPv6 routes": normalize(_tool("ip", "-6", "route", "show", "table", "all")),
+    }
+    state["sysctls"] = [f"{key} = {_file(Path('/proc/sys') / key).strip()}" for key in SYSCTLS
+                        if (Path("/proc/sys") / key).exists()]
+    return state
+
+
+def _link_names(lines: list[str]) -> list[str]:
+    """`ip -o link` lines reduced to the interface names: flags and state change on their own."""
+    return sorted(line.split(": ", 2)[1].split("@")[0] for line in lines if ": " in line)
+
+
+def changes(before: dict[str, list[str]], after: dict[str, list[str]]) -> list[str]:
+    """What differs, per item: its lines removed (-) and added (+)."""
+    out: list[str] = []
+    for item in before.keys() | after.keys():
+        old, new = before.get(item, []), after.get(item, [])
+        if item == "interfaces":
+            old, new = _link_names(old), _link_names(new)
+        if old == new:
+            continue
+        diff = [d for d in difflib.unified_diff(old, new, lineterm="", n=0) if d[:1] in "+-" and d[:3] not in
+                ("+++", "---")]
+        out += [f"{item}: {d}" for d in diff] or [f"{item}: reordered"]
+    return sorted(out)
