@@ -98,7 +98,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-_BEFORE = pytest.StashKey[dict[str, list[str]]]()
+_BEFORE = pytest.StashKey[dict[str, list[str] | None]]()
 
 
 @pytest.fixture(autouse=True)

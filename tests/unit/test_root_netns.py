@@ -41,3 +41,16 @@ def test_a_rule_a_table_an_interface_or_a_sysctl_is_named() -> None:
         "sysctls: -net/ipv4/ip_forward = 0",
     ]
     assert changes(before, before) == []
+
+
+def test_what_loading_a_module_does_is_no_change() -> None:
+    """A listing unreadable once (its module was not loaded), a sysctl that appears, a fallback
+    device created in every namespace: none of them is a test's doing."""
+    before = {"ipsets": None, "sysctls": ["net/ipv4/ip_forward = 0"],
+              "interfaces": ["1: lo: <LOOPBACK,UP> mtu 65536"]}
+    after = {"ipsets": [], "sysctls": ["net/ipv4/ip_forward = 0", "net/bridge/bridge-nf-call-iptables = 1"],
+             "interfaces": ["1: lo: <LOOPBACK,UP> mtu 65536", "5: tunl0@NONE: <NOARP> mtu 1480",
+                            "6: ifb0: <BROADCAST,NOARP> mtu 1500"]}
+    assert changes(before, after) == []
+    after["interfaces"] = [*after["interfaces"], "7: nk-veth0: <BROADCAST> mtu 1500"]
+    assert changes(before, after) == ["interfaces: +nk-veth0"]
