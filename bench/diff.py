@@ -8,9 +8,10 @@ objects, dumped to a JSON file as `kubectl get -o json` gives them) are written 
 
 - `netkit diff -f dump.json` as a user runs it (process start, decode, validate, read the kernel,
   compile, plan, summarise); it must say "in sync" (exit 0);
-- the kernel's own dump of what netkit reads: `iptables-<backend>-save -t mangle`, `-t filter`,
-  `-t nat` (one process per table, as netkit reads them), or `nft -y -T list table ip netkit`
-  (the text listing netkit reads; `nft -j` only when the table holds a foreign edit).
+- the kernel's own dump of what netkit reads, run as netkit runs it: `iptables-legacy-save -t mangle`,
+  `-t filter`, `-t nat` (one process per table), one `iptables-nft-save` of every table (the tool
+  reads the whole ruleset whichever table it prints), or `nft -y -T list table ip netkit` (the text
+  listing netkit reads; `nft -j` only when the table holds a foreign edit).
 
 In iptables mode each run also times bench/diff_floor.py on the same dump and namespace: the least a
 Python process does for the same answer (the JSON read, the nat table's text built, the dump read
@@ -96,6 +97,8 @@ def kernel_dump(backend: str, netns: str) -> Run:
     """The kernel's own dump of what netkit reads, each tool in the namespace; times summed."""
     if backend == "nftables":  # the text listing, with the options netkit lists it with (parse_listing.py)
         return timed(["ip", "netns", "exec", netns, "nft", *LIST_OPTIONS, "list", "table", "ip", "netkit"])
+    if backend == "nft":  # one run of every table: the tool reads the whole ruleset whichever it prints
+        return timed(["ip", "netns", "exec", netns, "iptables-nft-save"])
     runs = [timed(["ip", "netns", "exec", netns, f"iptables-{backend}-save", "-t", t]) for t in TABLES]
     return Run(sum(r.wall for r in runs), sum(r.cpu for r in runs), max(r.peak_rss_mb for r in runs), 0,
                "".join(r.stdout for r in runs))

@@ -2,8 +2,9 @@
 and EndpointSlices asks for: the floor under `netkit diff` in iptables mode, measured by
 bench/diff.py in the same run as the kernel's own dump.
 
-Like `netkit diff`, it starts `iptables-<backend>-save` of the three tables at once in the
-namespace and reads their output in a thread (through widened pipes) while it works. It reads the
+Like `netkit diff`, it starts the dump of the three tables in the namespace as netkit does
+(legacy: `iptables-legacy-save -t` of each at once; nft: one `iptables-nft-save`) and reads it in
+a thread (through widened pipes) while it works. It reads the
 JSON list (`kubectl get -o json`), checks nothing but each endpoint's address, and builds the nat
 table's text in kube-proxy's layout as iptables-legacy-save prints it: per service port a
 KUBE-SERVICES rule, a KUBE-SVC chain (masquerade rule and one rule per endpoint, with its
@@ -88,10 +89,12 @@ def text(doc: dict[str, object]) -> tuple[str, int]:
 
 
 def dumps(netns: str, backend: str) -> dict[str, bytes]:
-    """The three tables' iptables-save output: the tools started at once, their pipes widened to
-    1 MiB and read in turn with os.read, as netkit reads them (rules/iptables/kernel.py)."""
-    procs = {t: subprocess.Popen(["ip", "netns", "exec", netns, f"iptables-{backend}-save", "-t", t],
-                                 stdout=subprocess.PIPE) for t in ("mangle", "filter", "nat")}
+    """The tables' iptables-save output, as netkit reads them (rules/iptables/kernel.py): legacy's
+    three tools started at once, iptables-nft's one run of every table; the pipes widened to 1 MiB
+    and read in turn with os.read."""
+    tables = ("mangle", "filter", "nat") if backend == "legacy" else ("",)  # nft: one run prints them all
+    procs = {t: subprocess.Popen(["ip", "netns", "exec", netns, f"iptables-{backend}-save", *(("-t", t) if t else ())],
+                                 stdout=subprocess.PIPE) for t in tables}
     out: dict[str, bytes] = {}
     for table, proc in procs.items():
         assert proc.stdout is not None
@@ -116,10 +119,11 @@ def main() -> int:
         doc = json.loads(f.read())
     table, n = text(doc)
     reader.join()
-    live = read["tables"]["nat"].decode()
-    body = live[live.index("*nat\n"):]  # after iptables-save's comment line
-    same = body.rstrip("\n").rsplit("\n", 1)[0] + "\n" == table if body.endswith("\n") else False
-    print(f"{n} chains, {len(table) / 1e6:.1f} MB built; nat table {len(live) / 1e6:.1f} MB, "
+    live = b"".join(read["tables"].values()).decode()
+    start = live.find("*nat\n")  # after iptables-save's comment line; -1: no nat table
+    body = live[start:live.index("COMMIT\n", start) + 7] if start >= 0 else ""
+    same = body == table
+    print(f"{n} chains, {len(table) / 1e6:.1f} MB built; nat table {len(body) / 1e6:.1f} MB, "
           f"{'equal' if same else 'different'}")
     return 0
 

@@ -110,10 +110,13 @@ def nft_bare(netns: str, before: Any, after: Any, forward: str) -> float:
 
 
 def bare_dump(netns: str, kernel: Any, nft: bool) -> float:
-    """The kernel's own dump of what a full sync reads: `iptables-save -t` of each table netkit
-    reads (one process each, as the kernel edge runs them), or nft's text listing of table ip
-    netkit with the options netkit lists it with (rules/nftables/parse_listing.py)."""
+    """The kernel's own dump of what a full sync reads, run as the kernel edge runs it: with
+    iptables-legacy `iptables-save -t` of each table netkit reads, one process each; with
+    iptables-nft one `iptables-save` of every table (the tool reads the whole ruleset whichever
+    table it prints); in nftables mode nft's text listing of table ip netkit with the options netkit
+    lists it with (rules/nftables/parse_listing.py)."""
     argvs = [["nft", *LIST_OPTIONS, "list", "table", "ip", "netkit"]] if nft else \
+        [[kernel.tool("save")]] if kernel.resolved_backend == "nft" else \
         [[kernel.tool("save"), "-t", table] for table in ("mangle", "filter", "nat")]
     t = time.perf_counter()
     for argv in argvs:

@@ -245,3 +245,39 @@ def test_a_prefetched_read_equals_the_plain_dump(netns: str, backend: str) -> No
             assert read == plain
         assert set(ipt.plan(read, desired).write.get("nat", {})) == {svc}
         assert edge.dump() == plain  # the prefetched text is used once
+
+
+@pytest.mark.parametrize("family", [IPFamily.IPV4, IPFamily.IPV6])
+def test_nft_reads_every_table_in_one_run_of_the_tool(netns: str, family: IPFamily,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """iptables-nft-save reads the family's whole ruleset whichever table it prints, so netkit runs
+    it once, without -t: what dump and dump_reusing read equals what the three `-t` runs print,
+    table by table and in their order, and the raw and security tables it prints too (here with
+    other software's rules) are left out."""
+    from netkit.rules.iptables import ruleset
+    tool = "iptables-nft" if family is IPFamily.IPV4 else "ip6tables-nft"
+    cidr = "10.244.0.0/16" if family is IPFamily.IPV4 else "fd00:244::/56"
+    cfg = Config(node_name="node-a", cluster_cidrs=parse_cidrs([cidr], "t"), iptables_backend="nft")
+    loaded = load([str(EXAMPLES / "00-node.yaml"), str(EXAMPLES / "20-web-nodeport.yaml")])
+    desired = compile(build(loaded.objects, "node-a"), cfg, family)
+    IptablesKernel(family, netns, "nft").apply(plan(IptablesKernel(family, netns, "nft").dump(), desired))
+    for argv in (["-t", "raw", "-A", "OUTPUT", "-j", "ACCEPT"], ["-t", "security", "-N", "THEIRS"],
+                 ["-t", "nat", "-N", "THEIRS"], ["-t", "nat", "-A", "THEIRS", "-j", "RETURN"]):
+        subprocess.run(["ip", "netns", "exec", netns, tool, "-w", *argv], check=True)
+    per_table = "".join(subprocess.run(["ip", "netns", "exec", netns, f"{tool}-save", "-t", t], capture_output=True,
+                                       text=True, check=True).stdout for t in ("mangle", "filter", "nat"))
+    want = ruleset.parse(per_table, family)
+    runs: list[list[str]] = []
+    real = subprocess.Popen
+
+    def counted(argv: list[str], *args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        if any(a.endswith("-save") for a in argv):
+            runs.append(argv)
+        return real(argv, *args, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+    monkeypatch.setattr(subprocess, "Popen", counted)
+    kernel = IptablesKernel(family, netns, "nft")
+    for read in (kernel.dump(), kernel.dump_reusing(desired)):
+        assert read == want and list(read.tables) == ["mangle", "filter", "nat"]
+        assert read.rules("nat", "THEIRS") == ("-j RETURN",)
+    assert [a[a.index(f"{tool}-save"):] for a in runs] == [[f"{tool}-save"]] * 2

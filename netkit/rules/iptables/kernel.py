@@ -31,7 +31,7 @@ import fcntl
 import os
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import filterfalse
 from typing import IO
@@ -98,10 +98,10 @@ class IptablesKernel:
         return f"{base}-{self.resolved_backend}{suffix}"
 
     def dump(self, tables: tuple[str, ...] = TABLES) -> Ruleset:
-        """What the kernel holds, read table by table; the output is parsed as it streams in."""
+        """What the kernel holds of `tables`; the output is parsed as it streams in."""
         if (read := self._take_prefetched(tables)) is not None:
             return self._remember(parse_chunks((c for _, chunks in read for c in _used(chunks)), self.family))
-        return self._remember(parse_chunks(self._save_chunks(tables), self.family))
+        return self._remember(_only(parse_chunks(self._save_chunks(tables), self.family), tables))
 
     def prefetch(self) -> bool:
         """Read every table's text now, for the next `dump` or `dump_reusing` (see the module
@@ -131,7 +131,7 @@ class IptablesKernel:
         only what can differ. iptables-nft lists chains in another order: it is parsed as it streams."""
         read = self._take_prefetched(TABLES)
         if self.resolved_backend != "legacy":  # never prefetched
-            return parse_chunks(self._save_chunks(TABLES), self.family, reuse=committed)
+            return _only(parse_chunks(self._save_chunks(TABLES), self.family, reuse=committed), TABLES)
         procs = [self._start_save(table) for table in TABLES] if read is None else []
         try:
             expected = {t: self._should_hold(t, committed) for t in TABLES if committed.chains(t)}
@@ -166,16 +166,21 @@ class IptablesKernel:
         return live
 
     def _save_chunks(self, tables: tuple[str, ...]) -> Iterator[bytes]:
-        """iptables-save's output in the pieces the pipe gives (read while the tool still writes)."""
-        for table in tables:
+        """iptables-save's output in the pieces the pipe gives (read while the tool still writes):
+        legacy's table by table (each is its own blob in the kernel); iptables-nft's of every table
+        at once, in one run without -t, since the tool reads the family's whole ruleset over netlink
+        whichever table it prints (at 3,000 services `-t mangle` took 0.36 s, `-t filter` 0.37 s,
+        `-t nat` 0.54 s, and all of them at once 0.50 s). The caller keeps only `tables` (`_only`)."""
+        for table in (None,) if self.resolved_backend == "nft" and len(tables) > 1 else tables:
             proc = self._start_save(table)
             try:
-                yield from self._read_save(table, proc)
+                yield from self._read_save(table or "", proc)
             finally:
                 _reap(proc)
 
-    def _start_save(self, table: str) -> subprocess.Popen[bytes]:
-        argv = wrap([self.tool("save"), "-t", table], self.netns)
+    def _start_save(self, table: str | None) -> subprocess.Popen[bytes]:
+        """`iptables-save -t table` (every table: None) started, its pipe widened."""
+        argv = wrap([self.tool("save"), *(("-t", table) if table else ())], self.netns)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 process_group=0)
         assert proc.stdout is not None
@@ -188,7 +193,7 @@ class IptablesKernel:
             yield chunk
         err = proc.stderr.read().decode(errors="replace")
         if proc.wait() != 0 and "does not exist" not in err:
-            raise KernelError(f"{self.tool('save')} -t {table} failed", stderr=err)
+            raise KernelError(f"{self.tool('save')}{f' -t {table}' if table else ''} failed", stderr=err)
 
     def apply(self, plan: Plan) -> None:
         # iptables-nft's --noflush restore is quadratic in the chains of one batch: write big plans'
@@ -325,6 +330,14 @@ def _reap(proc: subprocess.Popen[bytes]) -> None:
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
+
+
+def _only(ruleset: Ruleset, tables: tuple[str, ...]) -> Ruleset:
+    """`ruleset`'s `tables`, in that order: iptables-nft-save without -t prints every table it
+    knows (raw and security too, when they exist), newest first."""
+    if list(ruleset.tables) == [t for t in tables if t in ruleset.tables]:
+        return ruleset
+    return replace(ruleset, tables={t: ruleset.tables[t] for t in tables if t in ruleset.tables})
 
 
 def _widen(pipe: IO[bytes]) -> None:
