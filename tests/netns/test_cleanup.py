@@ -137,3 +137,19 @@ def test_the_survey_in_two_steps_equals_the_survey_of_a_known_dump(netns: str, b
         assert not whole[0].empty or family is IPFamily.IPV6
     with pytest.raises(ValueError):
         cleanup.leftovers_then("nftables", IPFamily.IPV4, netns, backend)
+
+
+def test_which_nftables_tables_exist_is_asked_over_netlink(netns: str) -> None:
+    """The survey's check of netkit's and kube-proxy's tables (NFT_MSG_GETTABLE by name) answers
+    what `nft -c delete table` answers, per family, beside iptables-nft's tables and others."""
+    from netkit.rules.cleanup import _nft_tables
+    names = ("netkit", "kube-proxy", "nat", "filter", "theirs", "absent")
+    sh(netns, "nft", "add table ip netkit; add table ip6 kube-proxy; add table inet theirs; add table ip6 theirs")
+    sh(netns, "iptables-nft", "-w", "-t", "nat", "-N", "X")
+    for family, fam in ((IPFamily.IPV4, "ip"), (IPFamily.IPV6, "ip6")):
+        checks = {t: subprocess.run(["ip", "netns", "exec", netns, "nft", "-c", "delete", "table", fam, t],
+                                    capture_output=True).returncode for t in names}
+        by_nft = tuple(f"{fam} {t}" for t in names if checks[t] == 0)
+        assert _nft_tables(family, netns, names) == by_nft
+    assert _nft_tables(IPFamily.IPV4, netns, names) == ("ip netkit", "ip nat")
+    assert _nft_tables(IPFamily.IPV6, netns, names) == ("ip6 kube-proxy", "ip6 theirs")

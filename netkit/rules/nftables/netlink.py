@@ -650,3 +650,52 @@ def acknowledged(sock: socket.socket, batch: Batch) -> None:
         failures += failed
     if failures:
         raise Refused("; ".join(failures))
+
+
+# ── which tables exist ─────────────────────────────────────────────────────────────────────────
+
+NFT_MSG_NEWTABLE, NFT_MSG_GETTABLE = 0, 1
+NFTA_TABLE_NAME = 1
+
+
+def table_request(family: str, name: str, seq: int) -> bytes:
+    """NFT_MSG_GETTABLE of one table by name (not a dump), acknowledged: the kernel answers with
+    the table and an acknowledgement, or with ENOENT, whatever else the namespace holds."""
+    return message(NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETTABLE, FAMILIES[family], seq, NLM_F_REQUEST | NLM_F_ACK,
+                   strz(NFTA_TABLE_NAME, name))
+
+
+def table_answer(data: bytes, seq: int) -> bool | None:
+    """Whether the replies in `data` to request `seq` say the table exists (its NEWTABLE came);
+    False for ENOENT; None while neither has come (the acknowledgement follows the table)."""
+    offset = 0
+    while offset + _HEADER.size <= len(data):
+        length, kind, _, got, _ = _HEADER.unpack_from(data, offset)
+        if length < _HEADER.size:
+            return None
+        if got == seq:
+            if kind == NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWTABLE:
+                return True
+            if kind == NLMSG_ERROR and offset + _HEADER.size + 4 <= len(data):
+                code = struct.unpack_from("=i", data, offset + _HEADER.size)[0]
+                if code == -errno.ENOENT:
+                    return False
+                if code:
+                    raise OSError(-code, os.strerror(-code))
+        offset += (length + 3) & ~3
+    return None
+
+
+def tables_present(sock: socket.socket, family: str, names: Sequence[str]) -> tuple[str, ...]:
+    """Which of `names` exist in `family` ("ip", "ip6"), asked one by one on `sock` (a netfilter
+    netlink socket). `nft -c delete table` answers the same but lists the whole ruleset first:
+    0.45 s each beside 10,000 services of iptables-nft rules; this is a round trip."""
+    found = []
+    for seq, name in enumerate(names, 1):
+        sock.send(table_request(family, name, seq))
+        answer = None
+        while answer is None:
+            answer = table_answer(sock.recv(1 << 16), seq)
+        if answer:
+            found.append(name)
+    return tuple(found)
