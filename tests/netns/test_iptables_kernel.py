@@ -281,3 +281,21 @@ def test_nft_reads_every_table_in_one_run_of_the_tool(netns: str, family: IPFami
         assert read == want and list(read.tables) == ["mangle", "filter", "nat"]
         assert read.rules("nat", "THEIRS") == ("-j RETURN",)
     assert [a[a.index(f"{tool}-save"):] for a in runs] == [[f"{tool}-save"]] * 2
+
+
+def test_nft_small_tables_alone_are_read_table_by_table(netns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked for mangle and filter only (the survey's look for other modes' chains), iptables-nft
+    is run once per table, so the nat table, netkit's largest, is not printed and parsed."""
+    runs: list[list[str]] = []
+    real = subprocess.Popen
+
+    def counted(argv: list[str], *args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        if any(a.endswith("-save") for a in argv):
+            runs.append(argv[argv.index("iptables-nft-save"):])
+        return real(argv, *args, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+    subprocess.run(["ip", "netns", "exec", netns, "iptables-nft", "-w", "-t", "nat", "-N", "BIG"], check=True)
+    monkeypatch.setattr(subprocess, "Popen", counted)
+    read = IptablesKernel(IPFamily.IPV4, netns, "nft").dump(("mangle", "filter"))
+    assert runs == [["iptables-nft-save", "-t", "mangle"], ["iptables-nft-save", "-t", "filter"]]
+    assert "nat" not in read.tables
