@@ -299,3 +299,38 @@ def test_nft_small_tables_alone_are_read_table_by_table(netns: str, monkeypatch:
     read = IptablesKernel(IPFamily.IPV4, netns, "nft").dump(("mangle", "filter"))
     assert runs == [["iptables-nft-save", "-t", "mangle"], ["iptables-nft-save", "-t", "filter"]]
     assert "nat" not in read.tables
+
+
+# (what the namespace holds: tool, arguments; the backend auto picks; whether iptables-nft-save ran)
+DETECTIONS = [
+    ("nothing anywhere: Debian's default", [], "nft", True),
+    ("legacy rules only", [("legacy", "-t nat -N THEIRS"), ("legacy", "-t nat -A THEIRS -j RETURN")], "legacy", True),
+    ("nft rules only", [("nft", "-t filter -N THEIRS"), ("nft", "-t filter -A THEIRS -j RETURN")], "nft", True),
+    ("more legacy rules, kubelet's canary in nft's nat",
+     [("legacy", "-t nat -N A"), ("legacy", "-t nat -A A -j RETURN"), ("legacy", "-t nat -A A -j RETURN"),
+      ("nft", "-t nat -N KUBE-KUBELET-CANARY")], "nft", False),
+    ("the hint in legacy's mangle, more nft rules",
+     [("legacy", "-t mangle -N KUBE-IPTABLES-HINT"), ("nft", "-t filter -N A"), ("nft", "-t filter -A A -j RETURN")],
+     "legacy", False),
+    ("hints in both", [("legacy", "-t mangle -N KUBE-IPTABLES-HINT"), ("nft", "-t mangle -N KUBE-PROXY-CANARY")],
+     "nft", False),
+    ("netkit's canary in nft's filter only", [("nft", "-t filter -N KUBE-PROXY-CANARY")], "nft", False),
+]
+
+
+@pytest.mark.parametrize("family", [IPFamily.IPV4, IPFamily.IPV6])
+@pytest.mark.parametrize(("situation", "edits", "picked", "saved_nft"), DETECTIONS, ids=[d[0] for d in DETECTIONS])
+def test_auto_detection_table(netns: str, family: IPFamily, situation: str, edits: list[tuple[str, str]],
+                              picked: str, saved_nft: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube-proxy's iptables wrapper's choice: a hint chain in iptables-nft's tables, else in
+    legacy's, else more rules, else nft. iptables-nft's hints are looked up over netlink, so its
+    save (every rule) runs only to count rules when no backend has a hint."""
+    from netkit.rules.iptables import kernel
+    base = "iptables" if family is IPFamily.IPV4 else "ip6tables"
+    for backend, args in edits:
+        subprocess.run(["ip", "netns", "exec", netns, f"{base}-{backend}", "-w", *args.split()], check=True)
+    ran: list[str] = []
+    real = kernel.run
+    monkeypatch.setattr(kernel, "run", lambda argv, *a, **k: (ran.append(argv[0]), real(argv, *a, **k))[1])
+    assert detect_backend(family, netns) == picked, situation
+    assert (f"{base}-nft-save" in ran) is saved_nft, ran

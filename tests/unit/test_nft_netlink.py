@@ -310,8 +310,13 @@ def test_a_table_is_asked_for_by_name_and_the_answer_read() -> None:
         return reply(2, seq, struct.pack("=i", code) + bytes(16))
 
     table = reply(10 << 8, 7, bytes(4) + nl.strz(1, "netkit"))
-    assert nl.table_answer(table + error(7, 0), 7) is True
-    assert nl.table_answer(error(6, -errno.ENOENT) + error(7, -errno.ENOENT), 7) is False
-    assert nl.table_answer(error(7, 0), 7) is None  # an acknowledgement alone: the table comes first
+    assert nl.answer(table + error(7, 0), 7) is True
+    assert nl.answer(error(6, -errno.ENOENT) + error(7, -errno.ENOENT), 7) is False
+    assert nl.answer(error(7, 0), 7) is None  # an acknowledgement alone: the table comes first
+    assert nl.answer(table, 7, nl.NFT_MSG_NEWCHAIN) is None  # not the kind asked about
     with pytest.raises(OSError):
-        nl.table_answer(error(7, -errno.EPERM), 7)
+        nl.answer(error(7, -errno.EPERM), 7)
+    req = nl.chain_request("ip", "mangle", "KUBE-IPTABLES-HINT", 3)
+    length, kind, flags, seq, _ = struct.unpack_from("=IHHII", req)
+    assert (length, kind, flags, seq) == (len(req), 10 << 8 | 4, 0x1 | 0x4, 3)
+    assert req[20:] == nl.strz(1, "mangle") + nl.strz(3, "KUBE-IPTABLES-HINT")

@@ -3,8 +3,8 @@
 One `IptablesKernel` per (family, backend, network namespace). Constructing it does no IO.
 - backend "legacy" or "nft" picks `iptables-legacy-*` or `iptables-nft-*` (`ip6tables-*` for IPv6);
   "auto" detects what the node already uses, as kube-proxy's iptables wrapper does: a hint chain
-  (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY, or our own KUBE-PROXY-CANARY) in mangle decides, else the
-  backend holding more rules, else nft (Debian's default). The two backends cannot see each other's
+  (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY, or our own KUBE-PROXY-CANARY) decides, iptables-nft's
+  first, else the backend holding more rules, else nft (Debian's default). The two backends cannot see each other's
   rules, so writing into the wrong one leaves traffic to the invisible one (kubernetes#71305).
 - `apply(plan)` writes the plan as one restore per table commit, in the order of commits.py (no
   packet ever meets a state that is neither the old nor the new ruleset for its Service); with more
@@ -353,14 +353,44 @@ def _widen(pipe: IO[bytes]) -> None:
 
 
 def detect_backend(family: IPFamily, netns: str | None) -> str:
-    """Which iptables backend the node uses (see the module docstring)."""
+    """Which iptables backend the node uses (see the module docstring): a hint chain in
+    iptables-nft's tables, else in legacy's, else the backend holding more rules, else nft.
+
+    iptables-nft's hint chains are looked up by name over netfilter netlink (NFT_MSG_GETCHAIN in each
+    of its tables): `iptables-nft-save` lists every rule, 2.2 s beside 10,000 services of them. It
+    runs only when no backend has a hint, to count the rules; legacy's save reads only the tables
+    that exist, each its own blob, and is cheap either way."""
     base = "iptables" if family is IPFamily.IPV4 else "ip6tables"
-    saves = {}
-    for backend in ("nft", "legacy"):
-        proc = run([f"{base}-{backend}-save"], netns, check=False)
-        saves[backend] = proc.stdout if proc.returncode == 0 else ""
-    for backend in ("nft", "legacy"):
-        if any(f":{hint} " in saves[backend] for hint in _HINT_CHAINS):
-            return backend
+    if _nft_hint(family, netns):
+        return "nft"
+    saves = {"legacy": _save_all(f"{base}-legacy-save", netns)}
+    if _has_hint(saves["legacy"]):
+        return "legacy"
+    saves["nft"] = _save_all(f"{base}-nft-save", netns)
+    if _has_hint(saves["nft"]):  # the netlink look-up could not be made
+        return "nft"
     counts = {b: sum(1 for line in text.splitlines() if line.startswith("-A ")) for b, text in saves.items()}
     return "legacy" if counts["legacy"] > counts["nft"] else "nft"
+
+
+def _save_all(tool: str, netns: str | None) -> str:
+    proc = run([tool], netns, check=False)
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def _has_hint(save: str) -> bool:
+    return any(f":{hint} " in save for hint in _HINT_CHAINS)
+
+
+def _nft_hint(family: IPFamily, netns: str | None) -> bool:
+    """Whether one of iptables-nft's tables of `family` holds a hint chain; False when that cannot
+    be asked (then detect_backend reads the save)."""
+    from netkit.rules.nftables.generation import netfilter_socket
+    from netkit.rules.nftables.netlink import chains_present
+    fam = "ip" if family is IPFamily.IPV4 else "ip6"
+    try:
+        with netfilter_socket(netns) as sock:
+            sock.settimeout(5)
+            return bool(chains_present(sock, fam, [(t, h) for t in BUILTIN_CHAINS for h in _HINT_CHAINS]))
+    except OSError:
+        return False
