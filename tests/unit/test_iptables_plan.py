@@ -117,3 +117,23 @@ def test_batches_apply_in_order_and_end_where_one_plan_ends(size: int) -> None:
         for part in parts:
             fake.apply(part)
         assert owned_view(fake.dump()) == owned_view(after)
+
+
+def test_batches_hold_few_distinct_jump_targets() -> None:
+    """iptables-nft's restore is quadratic in the distinct chains one batch jumps to, so a batch
+    closes at `size` of them as well as at `size` chains: service chains (one jump per endpoint)
+    go fewer to a batch than endpoint chains (which all jump to KUBE-MARK-MASQ)."""
+    from netkit.rules.iptables.plan import _chain_targets, batches
+    fake = FakeKernel()
+    p = plan(fake.dump(), desired(40, [5] * 40))
+    parts = batches(p, 20)
+    for part in parts[:-1]:
+        targets = set().union(*(_chain_targets(r) for c in part.write.values() for r in c.values()))
+        assert part.chains_written <= 20 and len(targets) <= 20, (part.chains_written, len(targets))
+    services = [part for part in parts[:-1] if any(c.startswith("KUBE-SVC-") for t in part.write.values() for c in t)]
+    assert services and max(part.chains_written for part in services) < 20
+    for part in parts:
+        fake.apply(part)
+    assert owned_view(fake.dump()) == owned_view(desired(40, [5] * 40))
+    assert _chain_targets(('-m comment --comment "a -> b" -j KUBE-SEP-X', "-g KUBE-EXT-Y", "-j DNAT")) == \
+        {"KUBE-SEP-X", "KUBE-EXT-Y"}
