@@ -91,3 +91,19 @@ def test_a_plan_touching_one_table_is_one_commit() -> None:
                           slice_("a", endpoints=[endpoint("10.244.2.9")])), "node-a", (NODE_IP,))
     steps = commits(plan(compile(state({"a"}), CFG, IPFamily.IPV4), compile(moved, CFG, IPFamily.IPV4)))
     assert [sorted({*s.write, *s.delete}) for s in steps] == [["nat"]]
+
+
+@pytest.mark.parametrize(("old", "new"), [({"a", "b"}, {"c", "d"}), ({"a", "b", "c", "d"}, set()), ({"a", "b"}, {"b"})])
+def test_the_summary_names_what_a_connection_meets_after_every_commit(old: set[str], new: set[str]) -> None:
+    """summarize() (read by `netkit diff`'s summaries and the daemon tests waiting for the kernel)
+    gives, for each Service, the endpoints a packet to its cluster IP is DNATed to after every
+    commit — also between filter's new refusal and nat's removal of the DNAT, where nat decides."""
+    from netkit.rules.iptables.summary import summarize
+    before = compile(state(old), CFG, IPFamily.IPV4)
+    current = before
+    for step in commits(plan(before, compile(state(new), CFG, IPFamily.IPV4))):
+        current = apply_to(current, step)
+        summary = summarize(current)
+        for i, name in enumerate("abcd"):
+            met = {d for _, d in outcome(current, f"10.96.0.{i + 1}", 80) if d}
+            assert set(summary.get(f"default/{name}:http/tcp", ())) == met, (name, summary, met)

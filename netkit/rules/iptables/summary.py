@@ -19,10 +19,14 @@ _KINDS = ("cluster IP", "has no endpoints", "has no local endpoints")
 
 
 def summarize(ruleset: Ruleset) -> Mapping[str, tuple[str, ...]]:
-    """`ns/svc:port/proto` → the sorted endpoints its clusterIP DNATs to (empty: rejects or drops)."""
+    """`ns/svc:port/proto` → the sorted endpoints its clusterIP DNATs to (empty: rejects or drops).
+    Where nat DNATs a Service, nat decides, as in the kernel (a DNATed packet no longer carries the
+    address filter's refusal matches): between the commits of one sync (commits.py) filter may
+    already refuse a Service that nat still sends to its endpoints, and those endpoints are what a
+    connection meets."""
     nat = ruleset.chains("nat")
     out: dict[str, tuple[str, ...]] = {}
-    for table, chain in (("nat", n.SERVICES), ("filter", n.SERVICES)):
+    for table, chain in (("filter", n.SERVICES), ("nat", n.SERVICES)):
         for text in ruleset.rules(table, chain):
             rule = read(text)
             name, _, kind = (rule.comment or "").partition(" ")
