@@ -71,13 +71,13 @@ def held_socket(kind: int) -> socket.socket:
 # --- the machine's own network namespace is left as it was (tests/root_netns.py) -----------------
 
 
-def _guards(config: pytest.Config) -> bool:
+def _guards() -> bool:
     return os.geteuid() == 0 and os.environ.get("NETKIT_ROOT_GUARD", "session") != "off"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Picture the machine's own namespace before any test (in xdist's controller: once)."""
-    if _guards(session.config) and not hasattr(session.config, "workerinput"):
+    if _guards() and not hasattr(session.config, "workerinput"):
         session.config.stash[_BEFORE] = root_netns.read()
 
 

@@ -277,15 +277,10 @@ def _nft_tables(family: IPFamily, netns: str | None, names: Sequence[str]) -> tu
     trip, whatever else is loaded). `nft list tables` and `nft -c delete table` both read every
     rule first (0.45 s each beside 10,000 services of iptables-nft rules here); `nft -c` is the
     fallback where the socket cannot be opened."""
-    from netkit.rules.nftables.generation import netfilter_socket
-    from netkit.rules.nftables.netlink import tables_present
+    from netkit.rules.nftables import lookup
     fam = "ip" if family is IPFamily.IPV4 else "ip6"
-    try:
-        with netfilter_socket(netns) as sock:
-            sock.settimeout(5)
-            return tuple(f"{fam} {t}" for t in tables_present(sock, fam, names))
-    except OSError:
-        pass
+    if (found := lookup.tables(netns, fam, names)) is not None:
+        return tuple(f"{fam} {t}" for t in found)
     if shutil.which("nft") is None:
         return ()
     return tuple(f"{fam} {t}" for t in names

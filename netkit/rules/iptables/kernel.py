@@ -4,8 +4,9 @@ One `IptablesKernel` per (family, backend, network namespace). Constructing it d
 - backend "legacy" or "nft" picks `iptables-legacy-*` or `iptables-nft-*` (`ip6tables-*` for IPv6);
   "auto" detects what the node already uses, as kube-proxy's iptables wrapper does: a hint chain
   (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY, or our own KUBE-PROXY-CANARY) decides, iptables-nft's
-  first, else the backend holding more rules, else nft (Debian's default). The two backends cannot see each other's
-  rules, so writing into the wrong one leaves traffic to the invisible one (kubernetes#71305).
+  first, else the backend holding more rules, else nft (Debian's default). The two backends cannot
+  see each other's rules, so writing into the wrong one leaves traffic to the invisible one
+  (kubernetes#71305).
 - `apply(plan)` writes the plan as one restore per table commit, in the order of commits.py (no
   packet ever meets a state that is neither the old nor the new ruleset for its Service); with more
   than one commit, all of them are first checked with `iptables-restore --test`, so a payload the
@@ -385,12 +386,6 @@ def _has_hint(save: str) -> bool:
 def _nft_hint(family: IPFamily, netns: str | None) -> bool:
     """Whether one of iptables-nft's tables of `family` holds a hint chain; False when that cannot
     be asked (then detect_backend reads the save)."""
-    from netkit.rules.nftables.generation import netfilter_socket
-    from netkit.rules.nftables.netlink import chains_present
+    from netkit.rules.nftables import lookup
     fam = "ip" if family is IPFamily.IPV4 else "ip6"
-    try:
-        with netfilter_socket(netns) as sock:
-            sock.settimeout(5)
-            return bool(chains_present(sock, fam, [(t, h) for t in BUILTIN_CHAINS for h in _HINT_CHAINS]))
-    except OSError:
-        return False
+    return bool(lookup.chains(netns, fam, [(t, h) for t in BUILTIN_CHAINS for h in _HINT_CHAINS]))

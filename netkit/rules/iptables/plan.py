@@ -156,7 +156,9 @@ def batches(p: Plan, size: int) -> list[Plan]:
 
 def _chain_targets(rules: tuple[str, ...]) -> set[str]:
     """The KUBE- chains `rules` jump (-j) or go (-g) to, read as words: only the batch sizes depend
-    on it (a comment that looked like a jump would make a batch smaller, nothing else)."""
+    on it (a comment that looked like a jump would make a batch smaller, nothing else). Not
+    rule.target_of: at 10,000 services its full parse of the 337,000 new rules made `batches`
+    take 2.0 s instead of 0.4 s, and pushed everything else out of its 65,536-rule cache."""
     out = set()
     for rule in rules:
         words = rule.split()

@@ -45,7 +45,6 @@ import socket
 import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import partial
 
 from netkit.netns import KeptSocket
 from netkit.rules.nftables.plan import Transaction
@@ -652,70 +651,3 @@ def acknowledged(sock: socket.socket, batch: Batch) -> None:
     if failures:
         raise Refused("; ".join(failures))
 
-
-# ── which tables and chains exist ──────────────────────────────────────────────────────────────
-
-NFT_MSG_NEWTABLE, NFT_MSG_GETTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_GETCHAIN = 0, 1, 3, 4
-NFTA_TABLE_NAME = 1
-
-
-def table_request(family: str, name: str, seq: int) -> bytes:
-    """NFT_MSG_GETTABLE of one table by name (not a dump), acknowledged: the kernel answers with
-    the table and an acknowledgement, or with ENOENT, whatever else the namespace holds."""
-    return message(NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETTABLE, FAMILIES[family], seq, NLM_F_REQUEST | NLM_F_ACK,
-                   strz(NFTA_TABLE_NAME, name))
-
-
-def chain_request(family: str, table: str, name: str, seq: int) -> bytes:
-    """NFT_MSG_GETCHAIN of one chain of `table` by name, answered as `table_request` is."""
-    return message(NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETCHAIN, FAMILIES[family], seq, NLM_F_REQUEST | NLM_F_ACK,
-                   strz(TABLE, table) + strz(NFTA_CHAIN_NAME, name))
-
-
-def answer(data: bytes, seq: int, found: int = NFT_MSG_NEWTABLE) -> bool | None:
-    """Whether the replies in `data` to request `seq` say the object exists (its message of kind
-    `found`, NEWTABLE or NEWCHAIN, came); False for ENOENT; None while neither has come (the
-    acknowledgement follows the object). Any other error is raised."""
-    offset = 0
-    while offset + _HEADER.size <= len(data):
-        length, kind, _, got, _ = _HEADER.unpack_from(data, offset)
-        if length < _HEADER.size:
-            return None
-        if got == seq:
-            if kind == NFNL_SUBSYS_NFTABLES << 8 | found:
-                return True
-            if kind == NLMSG_ERROR and offset + _HEADER.size + 4 <= len(data):
-                code = struct.unpack_from("=i", data, offset + _HEADER.size)[0]
-                if code == -errno.ENOENT:
-                    return False
-                if code:
-                    raise OSError(-code, os.strerror(-code))
-        offset += (length + 3) & ~3
-    return None
-
-
-def _ask(sock: socket.socket, requests: Sequence[tuple[Callable[[int], bytes], int]]) -> list[bool]:
-    """Each request (made for its sequence number) on `sock`, one after the other, with the kind of
-    message that says its object exists."""
-    out = []
-    for seq, (request, found) in enumerate(requests, 1):
-        sock.send(request(seq))
-        got = None
-        while got is None:
-            got = answer(sock.recv(1 << 16), seq, found)
-        out.append(got)
-    return out
-
-
-def tables_present(sock: socket.socket, family: str, names: Sequence[str]) -> tuple[str, ...]:
-    """Which of `names` exist in `family` ("ip", "ip6"), asked on `sock` (a netfilter netlink
-    socket). `nft -c delete table` answers the same but lists the whole ruleset first: 0.45 s each
-    beside 10,000 services of iptables-nft rules; this is a round trip each."""
-    there = _ask(sock, [(partial(table_request, family, n), NFT_MSG_NEWTABLE) for n in names])
-    return tuple(n for n, yes in zip(names, there, strict=True) if yes)
-
-
-def chains_present(sock: socket.socket, family: str, pairs: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """Which of the (table, chain) pairs exist in `family`, asked as `tables_present` asks."""
-    there = _ask(sock, [(partial(chain_request, family, t, c), NFT_MSG_NEWCHAIN) for t, c in pairs])
-    return tuple(p for p, yes in zip(pairs, there, strict=True) if yes)
