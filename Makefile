@@ -29,6 +29,7 @@ unit: setup
 lint: setup
 	$(PY) -m ruff check netkit tests bench
 	$(PY) -m mypy
+	$(PY) -m vulture
 
 bench-compile: setup
 	$(PY) bench/compile.py

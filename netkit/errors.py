@@ -22,12 +22,6 @@ class ParseError(NetkitError):
     one class for every backend's reader."""
 
 
-class Interrupted(NetkitError):
-    """Ctrl-C (SIGINT): the message says what state things were left in."""
-
-    exit_status = 130
-
-
 class ListenError(NetkitError):
     """An address netkit was told to listen on cannot be used (in use, not on this host, malformed)."""
 

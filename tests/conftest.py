@@ -81,7 +81,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         session.config.stash[_BEFORE] = root_netns.read()
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def pytest_sessionfinish(session: pytest.Session) -> None:
     """Fail the run when the tests changed the machine's own network namespace."""
     before = session.config.stash.get(_BEFORE, None)
     if before is None:

@@ -475,7 +475,7 @@ def deferred_sigint() -> Iterator[threading.Event]:
     if threading.current_thread() is not threading.main_thread():
         yield event
         return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: event.set())
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: event.set())
     try:
         yield event
     finally:

@@ -96,13 +96,3 @@ async def serve(app: web.Application, address: tuple[str | None, int], flag: str
         where = f"{address[0] or ''}:{address[1]}"
         raise NetkitError(f"{flag} {where}: cannot listen: {exc.strerror or exc}") from None
     return runner
-
-
-def bound_port(runner: web.AppRunner) -> int:
-    """The port a site listens on (for port 0)."""
-    for site in runner.sites:
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            port: int = server.sockets[0].getsockname()[1]
-            return port
-    return 0

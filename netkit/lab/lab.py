@@ -203,7 +203,7 @@ class Terminated(SystemExit):
     """SIGTERM arrived while a lab was up."""
 
 
-def raise_terminated(signum: int, frame: FrameType | None) -> None:
+def raise_terminated(signum: int, _frame: FrameType | None) -> None:
     raise Terminated(128 + signum)
 
 

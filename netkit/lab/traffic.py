@@ -26,8 +26,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from netkit.lab.sockets import Outcome, Reply, classify, connect, open_socket
@@ -218,13 +217,3 @@ def _ask(sock: socket.socket) -> Reply:
     except OSError as exc:
         return Reply(classify(exc), "", time.monotonic() - started)
     return Reply(Outcome.ANSWERED if text else Outcome.CLOSED, text, time.monotonic() - started)
-
-
-@contextmanager
-def flowing(targets: Sequence[Flowing], *, timeout: float = 1.0) -> Iterator[Traffic]:
-    traffic = Traffic(targets, timeout=timeout)
-    traffic.start()
-    try:
-        yield traffic
-    finally:
-        traffic.stop()

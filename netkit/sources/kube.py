@@ -103,17 +103,6 @@ class RateLimiter:
             await asyncio.sleep(wait)
 
 
-def add_api_options(p: argparse.ArgumentParser) -> None:
-    """--kubeconfig, --master, --context (for commands other than `netkit run`, whose flags are
-    kube-proxy's: netkit/runtime/flags.py)."""
-    g = p.add_argument_group("Kubernetes API")
-    g.add_argument("--kubeconfig", metavar="FILE", default="",
-                   help="kubeconfig to use (default: in-cluster config when running in a pod)")
-    g.add_argument("--master", metavar="URL", default="",
-                   help="API server URL; overrides the kubeconfig's server")
-    g.add_argument("--context", metavar="NAME", default="", help="kubeconfig context (default: current)")
-
-
 def settings_from_args(args: argparse.Namespace) -> ApiSettings:
     return ApiSettings(getattr(args, "kubeconfig", "") or "", getattr(args, "master", "") or "",
                        getattr(args, "context", "") or "")

@@ -216,12 +216,6 @@ def endpoints_of(state: NodeState, service: str) -> set[str]:
     return out
 
 
-def serving_of(state: NodeState, service: str) -> set[str]:
-    names = {ip: pod for pod, ip in PODS.items()}
-    return {names.get(str(e.ip), str(e.ip)) for p in state.ports if p.name.ref.name == service
-            for e in p.endpoints if e.serving}
-
-
 EndpointConditions = frozenset[tuple[str, bool, bool, bool]]  # (IP, ready, serving, terminating)
 
 
