@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -59,7 +59,13 @@ from netkit.runtime.health import (
 from netkit.runtime.metrics import Metrics, count_rules, plan_rules
 from netkit.runtime.runner import Runner
 from netkit.runtime.syncer import SyncEngine, Syncer, SyncResult
-from netkit.sources.store import Change, Store
+from netkit.sources.store import Change, Source, Store
+
+if TYPE_CHECKING:  # imported where used: the Kubernetes client and the DNS server load only when needed
+    from netkit.dns.server import DnsServer
+    from netkit.dns.view import Options as DnsOptions
+    from netkit.sources.kube import ApiSettings
+    from netkit.sources.reflector import ReflectorOptions
 
 # `--dns-listen`'s pod records (netkit.dns.view.PodMode): off, since kube-proxy's watches bring no
 # Namespaces to check pod names against (`netkit dns` defaults to kubeadm's `pods insecure`)
@@ -76,7 +82,7 @@ class DaemonOptions:
     files: tuple[str, ...] = ()  # manifest source; empty: the Kubernetes API
     allow_empty: bool = False  # a manifest root without Services means no Services (else: kept as it was)
     handle_signals: bool = True  # SIGTERM/SIGINT stop the daemon (off when embedded, e.g. in a benchmark)
-    api: Any = None  # netkit.sources.kube.ApiSettings
+    api: ApiSettings | None = None  # None: in-cluster config or the default kubeconfig
     healthz_address: str | None = "0.0.0.0:10256"
     metrics_address: str | None = "127.0.0.1:10249"
     health_check_host: str = "0.0.0.0"
@@ -89,7 +95,7 @@ class DaemonOptions:
     # iptables mode: create kube-proxy's nfacct counters in the rules' namespace at start; the rules
     # count into those that exist and the metrics read them (kube-proxy's NewProxier / syncProxyRules)
     nfacct: bool = False
-    reflector_options: Any = None  # netkit.sources.reflector.ReflectorOptions; None: client-go's timings
+    reflector_options: ReflectorOptions | None = None  # None: client-go's timings
 
 
 def _nfacct_counters(netns: str | None) -> tuple[str, ...]:
@@ -141,7 +147,8 @@ class Daemon:
         self._node_seen = False
         self._node_changed = asyncio.Event()
         self._http_tasks: list[asyncio.Task[None]] = []
-        self._dns: Any = None
+        self._dns: DnsServer | None = None
+        self._dns_options: DnsOptions | None = None
         self._dns_dirty = asyncio.Event()
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -185,7 +192,7 @@ class Daemon:
             if self._dns is not None:
                 await self._dns.close()
 
-    def _source(self) -> Any:
+    def _source(self) -> Source:
         if self.options.files:
             from netkit.sources.files import FileSource
             return FileSource(self.options.files, self.store, allow_empty=self.options.allow_empty)
@@ -321,7 +328,7 @@ class Daemon:
         await self.store.wait_synced()
         while True:
             self._dns_dirty.clear()
-            if self._dns is not None:
+            if self._dns is not None and self._dns_options is not None:
                 view = await asyncio.to_thread(build_view, self.store.objects(), self._dns_options, int(time.time()))
                 self._dns.set_view(view)
             await self._dns_dirty.wait()

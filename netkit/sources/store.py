@@ -30,6 +30,7 @@ import asyncio
 import bisect
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from netkit.errors import Problem
 from netkit.model.types import KubeObject, Node, ObjectRef, Objects
@@ -63,6 +64,13 @@ class Change:
     key: ObjectKey
     before: KubeObject | None
     after: KubeObject | None
+
+
+class Source(Protocol):
+    """What fills a Store: the API's reflectors (`netkit.sources.kube.KubeSource`) or the manifest
+    files (`netkit.sources.files.FileSource`). `run` lists, then follows changes until cancelled."""
+
+    async def run(self) -> None: ...
 
 
 class Store:
