@@ -40,10 +40,14 @@ import threading
 import time
 from pathlib import Path
 
-from netkit.lab import start, stop
-from netkit.lab.cluster import lifecycle, state
-from netkit.lab.cluster.state import Record
-from netkit.lab.sockets import connect
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results  # noqa: E402  (bench/results.py: --json)
+
+from netkit.lab import start, stop  # noqa: E402
+from netkit.lab.cluster import lifecycle, state  # noqa: E402
+from netkit.lab.cluster.state import Record  # noqa: E402
+from netkit.lab.sockets import connect  # noqa: E402
 
 SERVICE = """apiVersion: v1
 kind: Service
@@ -103,10 +107,10 @@ def latency(record: Record, n: int, kubeconfig: Path, tmp: Path) -> tuple[float,
     ip = f"10.96.{200 + n // 250}.{n % 250 + 1}"
     path = tmp / f"svc-{n}.yaml"
     path.write_text(SERVICE.format(n=n, ip=ip))
-    results: dict[str, float | None] = {}
+    answered: dict[str, float | None] = {}
     begun = time.monotonic()
     until = begun + 30
-    threads = [threading.Thread(target=lambda node=node: results.__setitem__(node.name, first_answer(
+    threads = [threading.Thread(target=lambda node=node: answered.__setitem__(node.name, first_answer(
         node.netns, ip, until))) for node in record.cluster.nodes]
     for t in threads:
         t.start()
@@ -115,10 +119,10 @@ def latency(record: Record, n: int, kubeconfig: Path, tmp: Path) -> tuple[float,
     applied = time.monotonic()
     for t in threads:
         t.join()
-    missing = [k for k, v in results.items() if v is None]
+    missing = [k for k, v in answered.items() if v is None]
     if missing:
         raise SystemExit(f"Service {n} never answered on {', '.join(missing)}")
-    return max(v for v in results.values() if v is not None) - begun, applied - begun
+    return max(v for v in answered.values() if v is not None) - begun, applied - begun
 
 
 def min_sync_period(record: Record) -> float:
@@ -142,7 +146,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run_mode(mode: str, args: argparse.Namespace, baseline: float) -> None:
+def run_mode(mode: str, args: argparse.Namespace, baseline: float) -> list[results.Figure]:
     nodes, services = args.nodes, args.services
     started = time.monotonic()
     record = lifecycle.up(nodes, mode, args.pods_per_node, timeout=args.timeout, dns_pods=args.dns_pods)
@@ -167,6 +171,11 @@ def run_mode(mode: str, args: argparse.Namespace, baseline: float) -> None:
               f"kubectl itself p50 {statistics.median(kubectl):.2f} s; {versus}", flush=True)
     finally:
         lifecycle.down(record.cluster_id)
+    fig = results.Figure.measured
+    return [fig(f"{mode}: cluster up vs the plain lab", up_seconds, "s", baseline),
+            fig(f"{mode}: PSS of every process", total, "MiB"),
+            fig(f"{mode}: apply → every node answers, p50", pct(e2e, 0.5), "s", floor or None),
+            fig(f"{mode}: apply → every node answers, p99", pct(e2e, 0.99), "s", floor or None)]
 
 
 def main() -> None:
@@ -177,16 +186,21 @@ def main() -> None:
     p.add_argument("--pods-per-node", type=int, default=1)
     p.add_argument("--dns-pods", type=int, default=None, help="default: the cluster's (2)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for every node's first sync")
-    args = p.parse_args()
+    args = results.parse_args(p)
     if os.geteuid() != 0 or shutil.which("kubectl") is None:
         sys.exit("bench/cluster.py needs root and kubectl")
     writable_etc_netns()
     baseline = lab_baseline()
+    figures: list[results.Figure] = []
     for mode in args.modes:
         if mode == "ipvs" and not Path("/proc/net/ip_vs").exists():
             print("ipvs: not measured (this kernel has no IPVS; see docs/ipvs.md for the VM)")
             continue
-        run_mode(mode, args, baseline)
+        figures += run_mode(mode, args, baseline)
+    results.write(args.json, __file__, f"`netkit lab cluster up --nodes {args.nodes} --pods-per-node "
+                  f"{args.pods_per_node}` (every node synced, the DNS answering; PSS of every process) vs the plain "
+                  f"2-node lab; then {args.services} Services one at a time, `kubectl apply` → every node answers "
+                  "the ClusterIP, vs minSyncPeriod as the daemon reads it", figures)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from netkit.rules.iptables.compile import compile
 from netkit.rules.iptables.ruleset import render
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results  # noqa: E402  (bench/results.py: --json)
 from installed import installed_env  # noqa: E402  (bench/installed.py)
 
 
@@ -185,13 +186,15 @@ def restore_in_fresh_netns(payload: str) -> tuple[float, float]:
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
-def whole_command(n_services: int, n_endpoints: int, runs: int, try_legacy: bool = False) -> list[str]:
+def whole_command(n_services: int, n_endpoints: int, runs: int,
+                  try_legacy: bool = False) -> tuple[list[str], list[results.Figure]]:
     """`netkit compile` as a user runs it on a dump (process start, decode, validate, compile, render),
     from JSON and from YAML, against `iptables-legacy-restore` of its output in a fresh namespace;
     medians of `runs` runs each, wall clock and CPU (user + system: steadier on a shared machine)."""
     objs = objects(n_services, n_endpoints)
     doc = manifests(objs)
     lines: list[str] = []
+    figures: list[results.Figure] = []
     with tempfile.TemporaryDirectory() as tmp:
         dumps = {"json": Path(tmp) / "dump.json", "yaml": Path(tmp) / "dump.yaml"}
         dumps["json"].write_text(json.dumps(doc))
@@ -224,7 +227,10 @@ def whole_command(n_services: int, n_endpoints: int, runs: int, try_legacy: bool
         verdict = f"  {'OK' if wall / r_wall <= 0.5 else 'MISSED'}" if fmt == "json" else ""
         lines.append(f"netkit compile -f dump.{fmt:<4}                 wall {wall:.2f} s  CPU {cpu:.2f} s  "
                      f"ratio wall {wall / r_wall:.2f}  CPU {cpu / r_cpu:.2f}{target}{verdict}")
-    return lines
+        figures += [results.Figure.measured(f"`netkit compile -f dump.{fmt}`, wall", wall, "s", r_wall,
+                                            "≤ 0.5×" if fmt == "json" else ""),
+                    results.Figure.measured(f"`netkit compile -f dump.{fmt}`, CPU", cpu, "s", r_cpu)]
+    return lines, figures
 
 
 def main() -> int:
@@ -239,12 +245,16 @@ def main() -> int:
                     help="offer iptables-legacy-restore the whole payload even over its table cap (it refuses it at "
                          "COMMIT); otherwise such a payload is loaded in parts")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = results.parse_args(ap)
     if args.child:
         print(json.dumps(compile_once(args.services, args.endpoints)))
         return 0
     if args.command:
-        print("\n".join(whole_command(args.services, args.endpoints, args.runs, args.try_legacy)))
+        lines, figures = whole_command(args.services, args.endpoints, args.runs, args.try_legacy)
+        print("\n".join(lines))
+        results.write(args.json, __file__, f"the whole `netkit compile -f DUMP` at {args.services:,} services × "
+                      f"{args.endpoints} endpoints from a JSON and a YAML dump vs `iptables-legacy-restore` of its "
+                      f"output into a fresh namespace; {results.runs(args.runs)}, wall clock and CPU", figures)
         return 0
     runs = []
     for _ in range(args.runs):  # a fresh process per run: honest peak RSS, no warm caches
@@ -272,6 +282,14 @@ def main() -> int:
     ratio = compile_s / kernel_s
     print(f"ratio compile/kernel = {ratio:.2f} (target ≤ 0.25)  {'OK' if ratio <= 0.25 else 'MISSED'}")
     print(f"peak RSS of the compile = {rss:.0f} MB (target ≤ 400)  {'OK' if rss <= 400 else 'MISSED'}")
+    results.write(args.json, __file__, f"{args.services:,} services × {args.endpoints} endpoints: compile and render "
+                  "of the iptables ruleset vs `iptables-legacy-restore` of the same payload into a fresh namespace; "
+                  f"{results.runs(args.runs)}" + (f"; baseline: {how}" if how else ""), [
+        results.Figure.measured("compile+render vs `iptables-legacy-restore` full load", compile_s, "s", kernel_s,
+                                "≤ 0.25×"),
+        results.Figure.measured("NodeState from the objects (not in the target)", build_s, "s"),
+        results.Figure.measured("peak RSS of the compile", rss, "MB",
+                                target="≤ 400 MB" if args.services <= 10_000 else "")])
     return 0
 
 

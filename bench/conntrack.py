@@ -23,6 +23,9 @@ from ipaddress import ip_address
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results  # noqa: E402  (bench/results.py: --json)
 
 from netkit.model.conntrack import Frontends  # noqa: E402
 from netkit.netns import in_netns  # noqa: E402
@@ -59,7 +62,7 @@ def per_entry(netns: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entries", type=int, default=4900, help="UDP entries, half of them stale")
-    args = ap.parse_args()
+    args = results.parse_args(ap)
     netns = f"nkb-ct-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
     try:
@@ -78,6 +81,9 @@ def main() -> int:
               f"({result.seconds / max(result.deleted, 1) * 1e3:.3f} ms per deleted entry, {result.flows} read, "
               f"{result.deleted} deleted)")
         print(f"ratio netkit / baseline: {result.seconds / baseline:.3f}")
+        results.write(args.json, __file__, f"deleting {base:,} stale UDP conntrack entries of {args.entries:,}: "
+                      "netkit's reconcile (one dump, batched deletes over one socket) vs one pyroute2 request per "
+                      "entry", [results.Figure.measured("reconcile", result.seconds, "s", baseline)])
     finally:
         subprocess.run(["ip", "netns", "del", netns], check=False)
     return 0

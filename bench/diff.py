@@ -20,7 +20,7 @@ meanwhile and compared), which no complete implementation beats.
 netkit runs as an installed copy does, its modules compiled to bytecode first (bench/installed.py).
 Printed: medians of wall time and CPU (user + system of the process and the tools it ran), the peak
 RSS of `netkit diff`, the ratios diff/dump, and the floor's time against the dump and netkit's.
-Targets (#15): iptables modes ≤ 1.5 × the dump; nftables mode ≤ 3 s and ≤ 400 MB at 10k services.
+Targets: iptables modes ≤ 1.5 × the dump; nftables mode ≤ 3 s and ≤ 400 MB at 10k services.
 
     .venv/bin/python bench/diff.py [--services 10000] [--endpoints 10] [--runs 3] [--backends legacy nft nftables]
 """
@@ -42,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import results  # noqa: E402  (bench/results.py: --json)
 from compile import CONFIG, manifests, objects  # noqa: E402  (bench/compile.py: the same objects)
 from installed import installed_env  # noqa: E402
 
@@ -138,6 +139,21 @@ def measure(backend: str, n: int, endpoints: int, runs: int, tmp: Path, env: dic
         subprocess.run(["ip", "netns", "del", netns], check=False)
 
 
+NAMES = {"legacy": "iptables-legacy", "nft": "iptables-nft", "nftables": "nftables"}
+
+
+def _figures(backend: str, r: dict[str, float]) -> list[results.Figure]:
+    """One backend's figures for --json."""
+    fig, at = results.Figure.measured, f"{NAMES[backend]}: "
+    target = "≤ 3 s" if backend == "nftables" else "≤ 1.5×"
+    out = [fig(at + "`netkit diff`, wall", r["diff_wall"], "s", r["dump_wall"], target),
+           fig(at + "`netkit diff`, CPU (the tools it runs included)", r["diff_cpu"], "s", r["dump_cpu"]),
+           fig(at + "peak RSS", r["diff_rss"], "MB", target="≤ 400 MB")]
+    if "floor_wall" in r:
+        out.append(fig(at + "the floor, wall", r["floor_wall"], "s", r["dump_wall"]))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, default=10_000)
@@ -145,7 +161,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--backends", nargs="+", default=["legacy", "nft", "nftables"],
                     help="legacy, nft (iptables mode with that iptables), nftables (nftables mode)")
-    args = ap.parse_args()
+    args = results.parse_args(ap)
     print(f"{args.services} services × {args.endpoints} endpoints, in sync; medians of {args.runs} runs; "
           f"load average {os.getloadavg()[0]:.2f} at the start")
     print(f"{'backend':8} | {'diff wall':>9} {'CPU':>7} {'peak RSS':>8} | {'dump wall':>9} {'CPU':>7} {'MB':>5} | "
@@ -153,6 +169,7 @@ def main() -> int:
     ok = True
     env = installed_env()
     floors = []
+    figures: list[results.Figure] = []
     with tempfile.TemporaryDirectory() as tmp:
         for backend in args.backends:
             r = measure(backend, args.services, args.endpoints, args.runs, Path(tmp), env)
@@ -171,10 +188,15 @@ def main() -> int:
                 floors.append(f"{backend:8} | floor {r['floor_wall']:.2f}s (CPU {r['floor_cpu']:.2f}s, the tools "
                               f"included): {r['floor_wall'] / r['dump_wall']:.2f}× the dump; netkit diff "
                               f"{r['diff_wall'] / r['floor_wall']:.2f}× the floor")
+            figures += _figures(backend, r)
     if floors:
         print("the floor (bench/diff_floor.py): the JSON read, the nat table's text built and compared with the "
               "dump read meanwhile, nothing else")
         print("\n".join(floors))
+    results.write(args.json, __file__, f"the whole `netkit diff -f dump.json` at {args.services:,} services × "
+                  f"{args.endpoints} endpoints against a namespace already in sync, vs the kernel's own dump of "
+                  "what netkit reads, run as netkit runs it, and (iptables mode) the floor bench/diff_floor.py "
+                  f"in the same run; {results.runs(args.runs)}", figures)
     print(f"load average {os.getloadavg()[0]:.2f} at the end; targets", "met" if ok else "MISSED")
     return 0 if ok else 1
 

@@ -37,9 +37,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results  # noqa: E402  (bench/results.py: --json)
+
 ROOT = Path(__file__).resolve().parent.parent
 ZONE = "cluster.local"
 TARGETS = {"hits": 1.0, "mix": 1.0, "fwd": 0.8}
+LOADS = {"hits": "cache-hit A queries, metrics on", "mix": "half search-path NXDOMAIN",
+         "fwd": "forwarded names from the cache"}
 EXTERNAL = "example.test"
 TCP_IDLE = 300
 TCP_TARGET_MS = 100
@@ -266,7 +271,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3,
                    help="repeat both servers' loads this many times and report medians (a shared 2-core "
                         "machine swings ±15%% between single runs)")
-    args = p.parse_args()
+    args = results.parse_args(p)
     for tool in ("dnsperf", "taskset"):
         if shutil.which(tool) is None:
             sys.exit(f"bench/dns.py needs {tool} (Debian package {'dnsperf' if tool == 'dnsperf' else 'util-linux'})")
@@ -276,12 +281,15 @@ def main() -> int:
         work = Path(tmp)
         rounds = [run_pair(work, args) for _ in range(max(1, args.rounds))]
         print(f"{'load':6} {'server':8} {'qps':>10} {'µs/query':>9}   (medians of {len(rounds)} rounds)")
+        figures: list[results.Figure] = []
         for load in ("hits", "mix", "fwd"):
             # rounds where a server answered nothing at all (a failed start) are reported, not counted
             ok = [r for r in rounds if r["netkit"][load].qps > 0 and r["dnsmasq"][load].qps > 0]
+            median: dict[str, tuple[float, float]] = {}
             for server in ("dnsmasq", "netkit"):
                 qps = statistics.median(r[server][load].qps for r in ok or rounds)
                 us = statistics.median(r[server][load].us_per_query for r in ok or rounds)
+                median[server] = qps, us
                 print(f"{load:6} {server:8} {qps:10.0f} {us:9.1f}")
             if not ok:
                 print(f"{load:6} {'ratio':8} no round where both servers answered")
@@ -296,6 +304,10 @@ def main() -> int:
             print(f"{load:6} {'ratio':8} {qps_ratio:9.2f}× {cpu_ratio:8.2f}×"
                   f"   (target qps ≥ {TARGETS[load]}× dnsmasq: "
                   f"{'met' if qps_ratio >= TARGETS[load] else 'NOT met'}; rounds: {each}{failed})")
+            figures += [results.Figure(f"{LOADS[load]}: queries per second", median["netkit"][0], "qps",
+                                       median["dnsmasq"][0], qps_ratio, f"≥ {TARGETS[load]}×"),
+                        results.Figure(f"{LOADS[load]}: CPU per query", median["netkit"][1], "µs",
+                                       median["dnsmasq"][1], cpu_ratio)]
         quiet, held, worst = tcp_with_idle(work, args)
         verdict = "met" if worst < TCP_TARGET_MS else "NOT met"
         print(f"tcp: a new TCP query with {TCP_IDLE} idle connections held: median {held:.1f} ms, "
@@ -303,6 +315,13 @@ def main() -> int:
         mb = memory_at(work, args.memory_services, args)
         print(f"memory: netkit dns at {args.memory_services} services: {mb:.0f} MB RSS "
               f"(target ≤ {MEMORY_TARGET_MB} MB: {'met' if mb <= MEMORY_TARGET_MB else 'NOT met'})")
+        figures += [results.Figure.measured(f"a new TCP query with {TCP_IDLE} idle connections held, median", held,
+                                            "ms", quiet, f"< {TCP_TARGET_MS} ms"),
+                    results.Figure.measured(f"RSS at {args.memory_services:,} services", mb, "MB",
+                                            target=f"≤ {MEMORY_TARGET_MB} MB")]
+    results.write(args.json, __file__, f"`netkit dns` vs dnsmasq serving the same {args.services:,} names, dnsperf "
+                  f"on the other core; medians of {len(rounds)} rounds, the ratios the median of each round's; the "
+                  "TCP query's baseline is the same query with no connection held", figures)
     return 0
 
 

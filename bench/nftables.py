@@ -42,6 +42,9 @@ from pathlib import Path
 from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results  # noqa: E402  (bench/results.py: --json)
 
 from netkit.config import Config  # noqa: E402
 from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ObjectRef, Protocol, ServicePortName  # noqa: E402
@@ -279,7 +282,7 @@ def main() -> None:
     args.add_argument("--skip-kube-proxy", action="store_true", help="skip the slow comparison load")
     args.add_argument("--layouts", metavar="N,N", help="only compare endpoint-map layouts at these sizes")
     args.add_argument("--chart", type=Path, metavar="PNG", help="with --layouts: write a chart of the loads here")
-    opt = args.parse_args()
+    opt = results.parse_args(args)
     n, e = opt.services, opt.endpoints
     if opt.layouts:
         compare_layouts([int(x) for x in opt.layouts.split(",")], e, opt.chart)
@@ -289,6 +292,8 @@ def main() -> None:
     desired, t_compile = timed(lambda: compile(st, CONFIG, IPFamily.IPV4))
     script, t_render = timed(lambda: render(desired))
     print(f"netkit compile {t_compile:.2f} s, render {t_render:.2f} s ({len(script) / 1e6:.1f} MB)")
+    fig = results.Figure.measured
+    figures = [fig("compile", t_compile, "s"), fig("render", t_render, "s")]
     loads: dict[str, float] = {}
     for transport in ("cli", "lib"):
         with namespace(f"nk{transport}") as ns:
@@ -305,10 +310,12 @@ def main() -> None:
                                               input=kube_proxy_endpoint_change(st, n // 2)))
         best = min(loads.values())
         print(f"RATIO kube-proxy layout / netkit full load: {t_kp / best:.1f}× (target ≥ 10×)")
+    figures.append(fig("full load" + ("" if opt.skip_kube_proxy else " vs the kube-proxy-style layout's"),
+                       min(loads.values()), "s", None if opt.skip_kube_proxy else t_kp, "≤ 0.1×"))
     changed = drop_one_endpoint(st, n // 2)
     after, t_compile2 = timed(lambda: compile(changed, CONFIG, IPFamily.IPV4))
     with namespace("nkchg") as ns, backend(ns):
-        results: dict[str, float] = {}
+        change_s: dict[str, float] = {}
         for transport in ("cli", "lib", "auto"):  # "auto": netlink.py's batch (the daemon's path)
             k = NftKernel("ip", ns, transport=transport)
             k.cleanup()
@@ -319,7 +326,7 @@ def main() -> None:
             tx, t_plan = timed(lambda: plan(desired, after))
             text = render_transaction(tx)
             _, t_apply = timed(partial(k.apply, tx))
-            results[transport] = t_plan + t_apply
+            change_s[transport] = t_plan + t_apply
             assert transport != "auto" or k.netlink_batches, "the change went by netlink"
             label = "netlink" if transport == "auto" else transport
             print(f"one endpoint change ({label}): plan {t_plan * 1000:.0f} ms + apply {t_apply * 1000:.0f} ms "
@@ -327,9 +334,9 @@ def main() -> None:
                   f"{t_compile2:.2f} s)")
             k.apply(plan(after, desired))
         if not opt.skip_kube_proxy:
-            print(f"RATIO kube-proxy layout change / netkit change: {t_kp_change / min(results.values()):.1f}× "
+            print(f"RATIO kube-proxy layout change / netkit change: {t_kp_change / min(change_s.values()):.1f}× "
                   f"({t_kp_change * 1000:.0f} ms)")
-        print(f"RATIO single change / 150 ms target: {min(results.values()) / 0.150:.2f}")
+        print(f"RATIO single change / 150 ms target: {min(change_s.values()) / 0.150:.2f}")
         first, last = str(st.ports[0].cluster_ip), str(st.ports[-1].cluster_ip)
         times = latency(ns, first, last, opt.connects)
         med = {dst: statistics.median(v) * 1e6 for dst, v in times.items()}
@@ -337,10 +344,21 @@ def main() -> None:
         print(f"first-packet latency, first service {first}: median {med[first]:.0f} µs, p99 {p99[first]:.0f} µs")
         print(f"first-packet latency, last service {last}: median {med[last]:.0f} µs, p99 {p99[last]:.0f} µs")
         print(f"RATIO last / first service median latency: {med[last] / med[first]:.3f} (target ≤ 1.10)")
+    figures.append(fig("one endpoint change, netkit's netlink batch (plan + apply) vs `nft -f`",
+                       change_s["auto"] * 1e3, "ms", change_s["cli"] * 1e3, "≤ 150 ms"))
+    if not opt.skip_kube_proxy:
+        figures.append(fig("one endpoint change through libnftables vs the kube-proxy-style layout's",
+                           change_s["lib"] * 1e3, "ms", t_kp_change * 1e3))
+    figures.append(results.Figure("first-packet latency, last service / first", None, "", None,
+                                  med[last] / med[first], "≤ 1.10"))
     faster = min(loads, key=lambda t: loads[t])
     print(f"transports: full load cli {loads['cli']:.2f} s vs lib {loads['lib']:.2f} s; "
-          f"change cli {results['cli'] * 1000:.0f} ms vs lib {results['lib'] * 1000:.0f} ms vs netlink "
-          f"{results['auto'] * 1000:.0f} ms → faster full load: {faster}")
+          f"change cli {change_s['cli'] * 1000:.0f} ms vs lib {change_s['lib'] * 1000:.0f} ms vs netlink "
+          f"{change_s['auto'] * 1000:.0f} ms → faster full load: {faster}")
+    results.write(opt.json, __file__, f"{n:,} services × {e} endpoints: netkit's nftables layout (verdict maps, no "
+                  "chain per endpoint)" + ("" if opt.skip_kube_proxy else " vs a kube-proxy-style layout (a chain "
+                  "per service and per endpoint) generated by the benchmark") + ": full load, one endpoint "
+                  "change, and the first-packet latency of the last service against the first's", figures)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import results  # noqa: E402  (bench/results.py: --json)
 from charts import line_chart  # noqa: E402
 from compile import CONFIG, objects  # noqa: E402  (bench/compile.py: the same objects)
 
@@ -126,7 +127,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, nargs="+", default=[1000, 3000])
     ap.add_argument("--chart", type=Path, default=None, help="write a PNG chart of the figures here")
-    args = ap.parse_args()
+    args = results.parse_args(ap)
     rows = []
     for n in args.services:
         r = measure(n)
@@ -135,6 +136,11 @@ def main() -> int:
               f"iptables-save + parse {r['save_s']:.2f} s ({r['save_rules']:.0f} rules): "
               f"{r['bindings_s'] / r['save_s']:.1f}× slower", flush=True)
     print(json.dumps(facts()))
+    results.write(args.json, __file__, "reading the nat and filter tables of bench/compile.py's layout (legacy "
+                  "backend) through the python-iptables bindings vs `iptables-save` and netkit's parse (the "
+                  "baseline), same table", [
+        results.Figure.measured(f"{r['services']:,.0f} services: python-iptables", r["bindings_s"], "s", r["save_s"])
+        for r in rows])
     if args.chart:
         chart(rows, args.chart)
         print(f"chart: {args.chart}")

@@ -29,6 +29,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results  # noqa: E402  (bench/results.py: --json)
 
 from netkit.lab import running  # noqa: E402
 from netkit.lab.traffic import Tally  # noqa: E402
@@ -51,7 +54,7 @@ def main() -> int:
     ap.add_argument("--load", type=int, default=2000, help="Services written during the SIGKILL scenario")
     ap.add_argument("--only", nargs="+", default=None, help="scenario names (default: all)")
     ap.add_argument("--per-target", action="store_true", help="also print each target's row")
-    args = ap.parse_args()
+    args = results.parse_args(ap)
     logging.basicConfig(level=logging.ERROR)
     chosen = {"baseline (no change)": sc.steady, **sc.SCENARIOS}
     if args.only:
@@ -64,6 +67,7 @@ def main() -> int:
     print(f"| scenario | mode | {' | '.join(HEADER)} | seconds |")
     print("|---|---|" + "---|" * (len(HEADER) + 1))
     bad = 0
+    sums = {"change": {"attempted": 0, "bad": 0}, "baseline": {"attempted": 0, "bad": 0}}
     with running() as lab:
         for mode in args.modes:
             for name, scenario in chosen.items():
@@ -76,6 +80,9 @@ def main() -> int:
                     continue
                 row = total(tallies)
                 bad += row["failed"] + row["timed_out"] + row["wrong"]
+                kind = sums["baseline" if name.startswith("baseline") else "change"]
+                kind["attempted"] += row["attempted"]
+                kind["bad"] += row["failed"] + row["timed_out"] + row["wrong"]
                 cells = " | ".join(str(row[c]) for c in COLUMNS)
                 print(f"| {name} | {mode} | {cells} | {time.monotonic() - started:.1f} |", flush=True)
                 if args.per_target:
@@ -83,6 +90,14 @@ def main() -> int:
                         print(f"|   {target} | | {' | '.join(str(getattr(t, c)) for c in COLUMNS)} | |")
                         for example in t.examples:
                             print(f"|     {example} |")
+    change, base = sums["change"], sums["baseline"]
+    results.write(args.json, __file__, f"traffic while things change ({args.rate:g} new TCP connections/s to a "
+                  f"ClusterIP and to a NodePort, {args.rate / 2:g} UDP requests/s on one socket and on new ones, "
+                  f"{args.hold:g} s per step) in {' and '.join(args.modes)} mode, through every scenario; baseline: "
+                  "the same traffic with nothing changing", [
+        results.Figure.measured("attempts", change["attempted"], "", base["attempted"]),
+        results.Figure.measured("of them failed, timed out or answered by a wrong or removed endpoint",
+                                change["bad"], "", base["bad"], target="0")])
     return 1 if bad else 0
 
 
