@@ -2,6 +2,6 @@
 
 `netkit.testing.apiserver.TestApiServer` is an in-process Kubernetes API server that speaks the list and
 watch protocol faithfully enough for netkit's reflector and for kubectl, with fault hooks (clean stream
-end, dropped connections, compaction forcing 410, server down and back). It exists because no real
-kube-apiserver can be installed where netkit is tested (see docs/sources.md).
+end, dropped connections, compaction forcing 410, server down and back). With it the tests need no
+cluster and no kube-apiserver (see docs/sources.md).
 """

@@ -1,6 +1,7 @@
-"""The documentation holds together: every relative link in README.md, docs/*.md and CONTRIBUTING.md
-resolves (file and, for `#anchor`, heading), every `docs/….md` path the code mentions (docstrings,
---help texts) exists, and the docs carry no notes addressed to the people who wrote them."""
+"""The documentation holds together: every relative link in README.md, docs/*.md, CONTRIBUTING.md and
+CHANGELOG.md resolves (file and, for `#anchor`, heading), every `docs/….md` path the code mentions
+(docstrings, --help texts) exists, the docs carry no notes addressed to the people who wrote them,
+and the manual carries no measurement history (that goes to CHANGELOG.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 
 from tests.conftest import ROOT
 
-PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+MANUAL = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [*MANUAL, ROOT / "CHANGELOG.md"]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 CODE_BLOCK = re.compile(r"```.*?```", re.S)
 
@@ -70,3 +72,27 @@ def test_no_notes_addressed_to_the_team(page: Path) -> None:
     text = re.sub(r"\s+", " ", page.read_text().replace("sessionAffinity", ""))  # a phrase may wrap
     found = [text[max(m.start() - 40, 0):m.end() + 40] for m in TEAM_NOTES.finditer(text)]
     assert not found, found
+
+
+# A run's clock time, load averages, dates, "was X", tracker numbers: a lab notebook, not a manual.
+NOTEBOOK = re.compile(r"\b\d{1,2}:\d{2} UTC\b|\bat \d{1,2}:\d{2}\b|\bload average|\bload \d|\bmeasurement window"
+                      r"|\bnot yet explained|\b20\d\d-\d\d-\d\d\b|(?<![\w/.])#\d+\b|\bwas [\d~]|\(was\b"
+                      r"|\bre-measure|\bdeveloped on\b|\bbuild machines\b|\bbefore #", re.I)
+
+
+def _prose(page: Path) -> str:
+    text = CODE_BLOCK.sub("", page.read_text())  # command output and rule numbers (`#2`) are not prose
+    return re.sub(r"\s+", " ", re.sub(r"`[^`\n]*`", "", text))
+
+
+@pytest.mark.parametrize("page", MANUAL, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_manual_holds_no_measurement_history(page: Path) -> None:
+    text = _prose(page)
+    found = [text[max(m.start() - 50, 0):m.end() + 30] for m in NOTEBOOK.finditer(text)]
+    assert not found, ("say what is true now and how to reproduce it; history goes to CHANGELOG.md: "
+                       + " | ".join(found))
+
+
+def test_the_history_pattern_sees_a_notebook_line() -> None:
+    line = "took 2.74 s (2026-12-01, 22:00 UTC, load average 0.8; was 3.30 s; ~34 s before #15's work)"
+    assert len(NOTEBOOK.findall(line)) >= 5
