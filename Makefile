@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-host test-vm unit lint bench-compile clean
+.PHONY: setup demo test test-host test-vm unit lint commits bench-compile clean
 
 setup:
 	@scripts/setup.sh
@@ -30,6 +30,12 @@ lint: setup
 	$(PY) -m ruff check netkit tests bench
 	$(PY) -m mypy
 	$(PY) -m vulture
+
+# Commit subjects since BASE longer than 72 characters (CONTRIBUTING.md#commits); history is not rewritten.
+BASE ?= main
+commits:
+	@git log --format=%s $(BASE)..HEAD | python3 -c "import sys; long = [s for s in sys.stdin.read().splitlines() \
+		if len(s) > 72]; print(*(f'{len(s)}: {s}' for s in long), sep='\n') if long else None; sys.exit(bool(long))"
 
 bench-compile: setup
 	$(PY) bench/compile.py
