@@ -26,7 +26,7 @@ replaced by a new one):
   and the same `ipset restore` / `ip -batch` / `iptables-restore` input the plan has, in its order.
 
 Also: the first sync into an empty kernel, a forced full sync (dump, plan, nothing to write), the
-split inside a sync (compile, plan, kernel) and the daemon's RSS. Targets (issue #15): daemon ≤ 1.5 ×
+split inside a sync (compile, plan, kernel) and the daemon's RSS. Targets: daemon ≤ 1.5 ×
 bare at 10k, RSS ≤ 300 MB. `--profile PREFIX` writes cProfiles PREFIX-N-{first,changes,full}.prof (the changes: the
 event loop's and the sync thread's work merged).
 

@@ -1,4 +1,4 @@
-"""Traffic while things change (#13): real connections through the lab's node A while the daemon
+"""Traffic while things change: real connections through the lab's node A while the daemon
 follows a rolling update, a scale to zero and back, a restart, a SIGKILL in the middle of a sync, an
 endpoint removed while it was down, endpoints that terminate while still serving, its manifest
 directory removed and re-created, and every file in it deleted for 2 s. Every attempt is judged

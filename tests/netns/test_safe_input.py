@@ -1,4 +1,4 @@
-"""Bad input never costs a Service its rules (issue #13), against the real kernel in fresh network
+"""Bad input never costs a Service its rules, against the real kernel in fresh network
 namespaces: iptables (legacy and nft) and nftables mode. Each test names the item it covers; the
 command-line side without a kernel is tests/unit/test_bad_input.py."""
 

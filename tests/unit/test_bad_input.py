@@ -1,4 +1,4 @@
-"""Bad input never costs a Service its rules (issue #13): the command-line side without a kernel.
+"""Bad input never costs a Service its rules: the command-line side without a kernel.
 
 Each test names the item of the issue it covers; the kernel side (apply/diff into network
 namespaces) is tests/netns/test_safe_input.py."""

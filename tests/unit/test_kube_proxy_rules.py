@@ -1,4 +1,4 @@
-"""Rules that must match kube-proxy's own (issue #10, "Rules that differ from kube-proxy's").
+"""Rules that must match kube-proxy's own.
 
 Each test states a fact from kube-proxy's source or its proxier tests (pkg/proxy/...): the order it
 lists endpoints in, how it reads addresses, the chains it writes for localhost NodePorts, ...

@@ -137,7 +137,7 @@ def test_a_refused_apply_keeps_the_rules_and_the_next_sync_reads_the_kernel() ->
 
 @pytest.mark.parametrize("mode", ["iptables", "nftables", "ipvs"])
 def test_every_mode_reports_what_its_plan_wrote(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """#15: a sync's `written` is its plan's own count (PlanStats: chains; nft chains, sets and
+    """A sync's `written` is its plan's own count (PlanStats: chains; nft chains, sets and
     elements; IPVS servers and entries), not "1 chain" for whatever nftables or IPVS wrote."""
     from netkit.rules.registry import backend
     from tests.unit.test_backend_conformance import FAKES
