@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import sys
 import time
@@ -30,8 +31,9 @@ from typing import Any
 
 from aiohttp import web
 
-from netkit.config import parse_seconds
-from netkit.dns.cache import CAPACITY, MAX_SERVFAIL_TTL, MAX_TTL, SERVFAIL_TTL, ForwardCache
+from netkit.dns.cache import CAPACITY, MAX_TTL, SERVFAIL_TTL, ForwardCache
+from netkit.dns.config import DnsConfig, corefile_digest, from_args, load
+from netkit.dns.corefile import read_file
 from netkit.dns.endpoints import health_app, metrics_app, parse_http_address, ready_app, serve
 from netkit.dns.engine import Engine
 from netkit.dns.metrics import DnsMetrics
@@ -57,6 +59,7 @@ from netkit.model.types import IPAddress
 from netkit.sources.store import Store
 
 _REPORTED: set[str] = set()  # invalid objects already reported
+RELOAD_FAILURES = [0]
 REBUILD_INTERVAL = 0.2  # seconds between the starts of two view builds at most
 PLUGINS = ("cache", "errors", "forward", "health", "kubernetes", "loop", "prometheus", "ready")
 
@@ -71,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--kubeconfig", metavar="FILE", default="", help="kubeconfig file")
     g.add_argument("--master", metavar="URL", default="", help="API server URL (overrides the kubeconfig's)")
     g.add_argument("--context", metavar="NAME", default="", help="kubeconfig context")
+    p.add_argument("--conf", metavar="COREFILE", default="",
+                   help="read the configuration from this Corefile, as CoreDNS's -conf (its plugins in place of "
+                        "the flags below; see docs/dns.md for what netkit supports)")
     p.add_argument("--listen", default="127.0.0.1:5353", metavar="IP:PORT",
                    help="address for both UDP and TCP (default 127.0.0.1:5353)")
     p.add_argument("--zone", default="cluster.local", help="cluster domain (default cluster.local)")
@@ -110,6 +116,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g.add_argument("--ready-listen", default=":8181", metavar="[IP]:PORT",
                    help="/ready: 503 until synced, then 200 (default :8181; empty disables)")
     g.add_argument("--log-queries", action="store_true", help="log every query in CoreDNS's log format (slow)")
+    g.add_argument("--lameduck", default="0", metavar="DURATION",
+                   help="on SIGTERM keep answering this long with /ready at 503 (health's lameduck; default 0)")
     g = p.add_argument_group("TCP (RFC 7766)")
     g.add_argument("--tcp-idle-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="close a TCP connection idle this long (default 10)")
@@ -121,34 +129,25 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    options = _options(args)
-    if "-" in args.files:
+    config = from_args(args)
+    if "-" in config.files:
         raise NetkitError("netkit dns reads files it can watch; '-' (stdin) is not supported")
-    http = {flag: parse_http_address(getattr(args, flag.removeprefix("--").replace("-", "_")), flag)
+    _http_addresses(config)  # a bad address is an error before anything starts
+    with asyncio.Runner(loop_factory=_loop_factory(config.loop)) as runner:
+        return runner.run(_serve(config))
+
+
+def _http_addresses(config: DnsConfig) -> dict[str, tuple[str | None, int] | None]:
+    return {flag: parse_http_address(getattr(config, flag.removeprefix("--").replace("-", "_")), flag)
             for flag in ("--metrics-listen", "--health-listen", "--ready-listen")}
-    with asyncio.Runner(loop_factory=_loop_factory(args.loop)) as runner:
-        return runner.run(_serve(args, options, http))
 
 
-def _options(args: argparse.Namespace) -> Options:
+def _options(config: DnsConfig) -> Options:
     try:
-        return Options(zone=name_from_text(args.zone), ttl=args.ttl, pods=PodMode(args.pods),
-                       loadbalance=args.loadbalance != "off", local_ips=_local_ips(args.listen))
+        return Options(zone=name_from_text(config.zone), ttl=config.ttl, pods=PodMode(config.pods),
+                       loadbalance=config.loadbalance, local_ips=_local_ips(config.listen))
     except ValueError as exc:
         raise NetkitError(str(exc)) from exc
-
-
-def _servfail_ttl(text: str) -> float:
-    """--cache-servfail: a duration (5s, 1m) or seconds, checked as CoreDNS's cache setup checks it."""
-    try:
-        seconds = parse_seconds(text, "--cache-servfail")
-        if seconds < 0:
-            raise ValueError("invalid negative ttl for servfail")
-        if seconds > MAX_SERVFAIL_TTL:
-            raise ValueError("caching SERVFAIL responses over 5 minutes is not permitted")
-    except (ValueError, NetkitError) as exc:
-        raise NetkitError(f"--cache-servfail: {str(exc).removeprefix('--cache-servfail: ')}") from None
-    return seconds
 
 
 def _local_ips(listen: str) -> tuple[IPAddress, ...]:
@@ -166,23 +165,23 @@ def _local_ips(listen: str) -> tuple[IPAddress, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _upstreams(args: argparse.Namespace) -> list[Address]:
-    if args.upstream:
-        return [parse_address(u) for u in args.upstream]
-    return resolv_conf_upstreams(args.resolv_conf)
+def _upstreams(config: DnsConfig) -> list[Address]:
+    if config.upstreams:
+        return [parse_address(u) for u in config.upstreams]
+    return resolv_conf_upstreams(config.resolv_conf) if config.resolv_conf else []
 
 
-def _router(args: argparse.Namespace, metrics: DnsMetrics) -> Router:
+def _router(config: DnsConfig, metrics: DnsMetrics) -> Router:
     def forwarder(upstreams: list[Address]) -> Forwarder:
-        return Forwarder(upstreams, args.upstream_timeout, policy=Policy(args.policy),
-                         max_concurrent=args.max_concurrent, health_check=args.health_check,
-                         max_fails=args.max_fails, counters=metrics.proxy)
+        return Forwarder(upstreams, config.upstream_timeout, policy=Policy(config.policy),
+                         max_concurrent=config.max_concurrent, health_check=config.health_check,
+                         max_fails=config.max_fails, counters=metrics.proxy)
 
     stubs: dict[Name, Forwarder] = {}
-    for text in args.stub_domain:
+    for text in config.stub_domains:
         name, ups = parse_stub_domain(text)
         stubs[name] = forwarder(ups)
-    return Router(forwarder(_upstreams(args)), stubs)
+    return Router(forwarder(_upstreams(config)), stubs)
 
 
 def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -203,63 +202,119 @@ def _server_label(listen: Address) -> str:
     return f"dns://{host}:{listen.port}"
 
 
-def _source(args: argparse.Namespace, options: Options, store: Store) -> Any:
-    if args.files:
-        from netkit.sources.files import FileSource
-        return FileSource(args.files, store)
-    from netkit.sources.kube import KubeSource, settings_from_args  # the kubernetes client: only when used
-    return KubeSource(settings_from_args(args), store, pods=options.pods is PodMode.VERIFIED, dns=True)
+class _Source:
+    """The store and the task that fills it (the API's watches or the files). It outlives a reload
+    whose Corefile keeps the same source, so a reload costs no relist."""
+
+    def __init__(self, config: DnsConfig) -> None:
+        self.key = _source_key(config)
+        self.store = Store()
+        self.synced = False
+        if config.files:
+            from netkit.sources.files import FileSource
+            source: Any = FileSource(list(config.files), self.store)
+        else:
+            from netkit.sources.kube import ApiSettings, KubeSource  # the kubernetes client: only when used
+            source = KubeSource(ApiSettings(config.kubeconfig, config.master, config.context), self.store,
+                                pods=config.pods == PodMode.VERIFIED.value, dns=True)
+        self.feed: asyncio.Task[None] = asyncio.create_task(source.run(), name="source")
+
+    async def first_sync(self, stop: asyncio.Event) -> bool:
+        """Wait for the first complete list; False when stopped first."""
+        if not self.synced:
+            if (await _first_of(self.feed, synced=self.store.wait_synced(), stop=stop.wait()))[0] == "stop":
+                return False
+            _report(self.store)
+            if self.key[0] and any(p.kind == "?" for p in self.store.problems.values()):
+                raise NetkitError("cannot read the manifests (see above)")
+            self.synced = True
+        return True
+
+    async def close(self) -> None:
+        self.feed.cancel()
+        await asyncio.gather(self.feed, return_exceptions=True)
 
 
-async def _serve(args: argparse.Namespace, options: Options, http: dict[str, tuple[str | None, int] | None]) -> int:
-    listen = parse_address(args.listen)
-    metrics = DnsMetrics(_server_label(listen), plugins=PLUGINS + (("log",) if args.log_queries else ()))
-    cache = ForwardCache(metrics, max_ttl=max(0, args.cache_ttl), capacity=args.cache_size if args.cache_ttl > 0 else 0,
-                         servfail_ttl=_servfail_ttl(args.cache_servfail))
-    server = DnsServer(Engine(options, metrics=metrics), listen, _router(args, metrics), tcp_idle=args.tcp_idle_timeout,
-                       max_tcp=max(1, args.tcp_max_connections), cache=cache,
-                       query_log=_print if args.log_queries else None)
+def _source_key(config: DnsConfig) -> tuple[Any, ...]:
+    return (config.files, config.kubeconfig, config.master, config.context, config.pods == PodMode.VERIFIED.value)
+
+
+async def _serve(config: DnsConfig) -> int:
+    """Serve `config`; with `reload`, a changed Corefile that reads well replaces it (the source stays
+    when the new one watches the same), one that does not is logged and the old one keeps serving."""
+    stop = _stop_event()
+    source: _Source | None = None
+    try:
+        while True:
+            if source is None or source.key != _source_key(config):
+                if source is not None:
+                    await source.close()
+                source = _Source(config)
+            following = await _run(config, source, stop)
+            if following is None:
+                return 0
+            _say(f"reloading {config.conf}")
+            config = following
+    finally:
+        if source is not None:
+            await source.close()
+
+
+async def _run(config: DnsConfig, source: _Source, stop: asyncio.Event) -> DnsConfig | None:
+    """One configuration's server until SIGTERM (None: after the lameduck) or a new Corefile (returned)."""
+    options, http = _options(config), _http_addresses(config)
+    listen = parse_address(config.listen)
+    metrics = DnsMetrics(_server_label(listen), plugins=PLUGINS + (("log",) if config.log_queries else ()))
+    cache = ForwardCache(metrics, max_ttl=max(0, config.cache_ttl), min_ttl=config.cache_min_ttl,
+                         capacity=config.cache_size if config.cache_ttl > 0 else 0,
+                         servfail_ttl=config.cache_servfail)
+    server = DnsServer(Engine(options, metrics=metrics), listen, _router(config, metrics),
+                       tcp_idle=config.tcp_idle_timeout, max_tcp=max(1, config.tcp_max_connections), cache=cache,
+                       query_log=_print if config.log_queries else None)
     with listening("--listen", str(listen)):  # in use, not on this host: one line (netkit.errors)
         addr = await server.start()  # SERVFAIL until the first complete view below
-    store = Store()
     runners: list[web.AppRunner] = []
-    feed: asyncio.Task[None] | None = None
-    loops: asyncio.Task[None] | None = None
+    tasks: list[asyncio.Task[Any]] = []
+    draining = asyncio.Event()
     try:
         apps: dict[str, Callable[[], web.Application]] = {
             "--metrics-listen": lambda: metrics_app(metrics), "--health-listen": health_app,
-            "--ready-listen": lambda: ready_app(lambda: server.engine.view is not None)}
+            "--ready-listen": lambda: ready_app(lambda: server.engine.view is not None and not draining.is_set())}
         for flag, address in http.items():
             if address is not None:
                 runners.append(await serve(apps[flag](), address, flag))
-        feed = asyncio.create_task(_source(args, options, store).run(), name="source")
-        stop = _stop_event()
-        await _first(store.wait_synced(), feed)
-        _report(store)
-        if args.files and any(p.kind == "?" for p in store.problems.values()):
-            raise NetkitError("cannot read the manifests (see above)")
-        view = await _install(server, store, options)
+        reloads: asyncio.Queue[DnsConfig] = asyncio.Queue(1)
+        if config.conf and config.reload > 0:
+            tasks.append(asyncio.create_task(_watch(config, reloads)))
+        if not await source.first_sync(stop):
+            return None
+        view = await _install(server, source.store, options)
         _say(f"serving {name_to_text(options.zone)} on {addr} (UDP and TCP), "
              f"{len(view.services)} services, upstreams: {', '.join(map(str, server.forwarder.usable)) or 'none'}")
-        loops = asyncio.create_task(_check_loops(server))
-        while not stop.is_set():
-            if not await _first(store.changed.wait(), feed, stop.wait()):
-                break
+        if config.loop_check:
+            tasks.append(asyncio.create_task(_check_loops(server)))
+        while True:
+            event, value = await _first_of(source.feed, changed=source.store.changed.wait(), stop=stop.wait(),
+                                    reload=reloads.get())
+            if event == "stop":
+                await _lameduck(config.lameduck, draining)
+                return None
+            if event == "reload":
+                following: DnsConfig = value
+                return following
             started = time.monotonic()
-            _report(store)
-            await _install(server, store, options)
+            _report(source.store)
+            await _install(server, source.store, options)
             # Changes that arrive meanwhile coalesce into the next view (a view of 10,000 services
             # takes ~0.1 s to build), so a churning cluster costs DNS at most a fraction of its time.
             await asyncio.sleep(max(0.0, REBUILD_INTERVAL - (time.monotonic() - started)))
     finally:
-        for task in (feed, loops):
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(*(t for t in (feed, loops) if t is not None), return_exceptions=True)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for r in runners:
             await r.cleanup()
         await server.close()
-    return 0
 
 
 async def _install(server: DnsServer, store: Store, options: Options) -> Any:
@@ -280,17 +335,54 @@ def _stop_event() -> asyncio.Event:
     return stop
 
 
-async def _first(wanted: Coroutine[Any, Any, Any], feed: asyncio.Task[None],
-                 stop: Coroutine[Any, Any, Any] | None = None) -> bool:
-    """Wait for `wanted`; False when `stop` came first; the source's error if it failed."""
-    waits = [asyncio.ensure_future(wanted), *([asyncio.ensure_future(stop)] if stop is not None else [])]
-    done, _ = await asyncio.wait([*waits, feed], return_when=asyncio.FIRST_COMPLETED)
-    for w in waits:
-        w.cancel()
+async def _first_of(feed: asyncio.Task[None], **waits: Coroutine[Any, Any, Any]) -> tuple[str, Any]:
+    """The name and result of the wait that finishes first; the source's error if it failed."""
+    futures = {name: asyncio.ensure_future(w) for name, w in waits.items()}
+    done, _ = await asyncio.wait([*futures.values(), feed], return_when=asyncio.FIRST_COMPLETED)
+    for f in futures.values():
+        f.cancel()
     if feed in done:
         feed.result()  # raises what stopped the source (a missing file, no API configuration, …)
         raise NetkitError("the source stopped")
-    return waits[0] in done
+    name = next(n for n, f in futures.items() if f in done)
+    return name, futures[name].result()
+
+
+async def _lameduck(seconds: float, draining: asyncio.Event) -> None:
+    """CoreDNS's `health { lameduck }`: /ready stops answering 200 while queries are still answered,
+    so the Service's endpoints drop this pod before it stops."""
+    if seconds > 0:
+        draining.set()
+        _say(f"lameduck: answering for {seconds:g}s more, /ready now 503")
+        await asyncio.sleep(seconds)
+
+
+async def _watch(config: DnsConfig, reloads: asyncio.Queue[DnsConfig]) -> None:
+    """CoreDNS's `reload`: read the Corefile every interval (± jitter); a new one that reads well is put
+    in `reloads`; one that does not is logged (once per change) and the old configuration stays."""
+    digest = config.conf_digest
+    rng = random.Random()
+    while True:
+        await asyncio.sleep(config.reload + rng.uniform(-config.reload_jitter, config.reload_jitter))
+        try:
+            text = await asyncio.to_thread(read_file, config.conf)
+        except OSError as exc:
+            _say(f"[ERROR] plugin/reload: cannot read {config.conf}: {exc.strerror or exc}")
+            continue
+        now = corefile_digest(text)
+        if now == digest:
+            continue
+        digest = now
+        try:
+            following = await asyncio.to_thread(load, config.conf, config)
+        except NetkitError as exc:
+            RELOAD_FAILURES[0] += 1
+            _say(f"[ERROR] plugin/reload: Corefile changed but reload failed: {exc}; keeping the running one")
+            continue
+        if following == config:
+            continue
+        await reloads.put(following)
+        return
 
 
 def _report(store: Store) -> None:

@@ -1,0 +1,611 @@
+"""The configuration of `netkit dns`, one frozen value built either from the flags or from a Corefile
+(CoreDNS's `-conf`): whichever way it is written, the server runs from a `DnsConfig`.
+
+`COMPATIBILITY` is the table of CoreDNS plugins and options netkit knows: for each, whether netkit
+does it (and which field it sets, with CoreDNS's default) or refuses it. A Corefile that asks for
+anything netkit does not do is refused with one line naming the file, line and column
+(`FILE:LINE:COL: plugin: option: not supported by netkit`), never silently ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from ipaddress import ip_address
+from typing import Any
+
+from netkit.config import parse_duration
+from netkit.dns.cache import CAPACITY, MAX_SERVFAIL_TTL, MAX_TTL, MIN_TTL, SERVFAIL_TTL
+from netkit.dns.corefile import CorefileError, Directive, ServerBlock, Token, parse, read_file
+from netkit.dns.upstream import DEFAULT_TIMEOUT, HEALTH_CHECK, MAX_CONCURRENT, MAX_FAILS
+from netkit.errors import NetkitError
+
+
+@dataclass(frozen=True)
+class DnsConfig:
+    """Everything `netkit dns` runs from. The defaults are the flags' defaults."""
+
+    # the source
+    files: tuple[str, ...] = ()
+    kubeconfig: str = ""
+    master: str = ""
+    context: str = ""
+    # the server
+    listen: str = "127.0.0.1:5353"
+    zone: str = "cluster.local"
+    ttl: int = 30
+    pods: str = "insecure"
+    loadbalance: bool = True
+    # forwarding
+    upstreams: tuple[str, ...] = ()  # empty: the nameservers of resolv_conf (none when that is empty too)
+    resolv_conf: str = "/etc/resolv.conf"
+    upstream_timeout: float = DEFAULT_TIMEOUT
+    policy: str = "random"
+    max_concurrent: int = MAX_CONCURRENT
+    health_check: float = HEALTH_CHECK
+    max_fails: int = MAX_FAILS
+    stub_domains: tuple[str, ...] = ()  # DOMAIN=IP[:PORT][,IP…]
+    loop_check: bool = True
+    # the cache of upstream answers
+    cache_ttl: int = MAX_TTL
+    cache_min_ttl: int = MIN_TTL
+    cache_size: int = 2 * CAPACITY
+    cache_servfail: float = SERVFAIL_TTL
+    # observability and lifecycle
+    metrics_listen: str = ":9153"
+    health_listen: str = ":8080"
+    ready_listen: str = ":8181"
+    log_queries: bool = False
+    lameduck: float = 0.0
+    reload: float = 0.0  # seconds between checks of the Corefile; 0: never
+    reload_jitter: float = 0.0
+    conf: str = ""  # the Corefile this came from
+    conf_digest: str = ""  # its SHA-512, for reload
+    # TCP and the event loop (flags only)
+    tcp_idle_timeout: float = 10.0
+    tcp_max_connections: int = 256
+    loop: str = "auto"
+
+
+DEFAULTS = DnsConfig()
+FLAGS_ONLY = ("files", "upstream_timeout", "tcp_idle_timeout", "tcp_max_connections", "loop")
+FROM_COREFILE_ONLY = ("reload", "reload_jitter", "conf", "conf_digest", "loop_check")
+
+
+def flag_of(field: str) -> str:
+    return {"stub_domains": "--stub-domain", "upstreams": "--upstream", "log_queries": "--log-queries",
+            "files": "-f"}.get(field, "--" + field.replace("_", "-"))
+
+
+def from_args(args: Any) -> DnsConfig:
+    """The flags of `netkit dns`, or with `--conf` the Corefile plus the flags it does not cover."""
+    servfail = _servfail(args.cache_servfail)
+    config = DnsConfig(
+        files=tuple(args.files), kubeconfig=args.kubeconfig, master=args.master, context=args.context,
+        listen=args.listen, zone=args.zone, ttl=args.ttl, pods=args.pods, loadbalance=args.loadbalance != "off",
+        upstreams=tuple(args.upstream), resolv_conf=args.resolv_conf, upstream_timeout=args.upstream_timeout,
+        policy=args.policy, max_concurrent=args.max_concurrent, health_check=args.health_check,
+        max_fails=args.max_fails, stub_domains=tuple(args.stub_domain), cache_ttl=args.cache_ttl,
+        cache_size=args.cache_size, cache_servfail=servfail, metrics_listen=args.metrics_listen,
+        health_listen=args.health_listen, ready_listen=args.ready_listen, log_queries=args.log_queries,
+        lameduck=_seconds(args.lameduck, "--lameduck"), tcp_idle_timeout=args.tcp_idle_timeout,
+        tcp_max_connections=args.tcp_max_connections, loop=args.loop)
+    if not args.conf:
+        return config
+    given = [f.name for f in fields(DnsConfig)
+             if f.name not in FLAGS_ONLY and getattr(config, f.name) != getattr(DEFAULTS, f.name)]
+    if given:
+        raise NetkitError(f"{flag_of(given[0])}: cannot be combined with --conf (the Corefile sets it)")
+    return load(args.conf, config)
+
+
+def load(path: str, flags: DnsConfig = DEFAULTS, env: Mapping[str, str] | None = None) -> DnsConfig:
+    """The configuration a Corefile describes; the flags-only fields come from `flags`."""
+    try:
+        text = read_file(path)
+    except OSError as exc:
+        raise NetkitError(f"--conf {path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return replace(from_corefile(parse(text, path, env), flags, path), conf_digest=corefile_digest(text))
+    except CorefileError as exc:
+        raise NetkitError(str(exc)) from None
+
+
+def corefile_digest(text: str) -> str:
+    return hashlib.sha512(text.encode()).hexdigest()
+
+
+def _servfail(text: str) -> float:
+    """--cache-servfail: a duration (5s, 1m) or seconds, checked as CoreDNS's cache setup checks it."""
+    try:
+        seconds = _seconds(text, "--cache-servfail")
+        if seconds < 0:
+            raise ValueError("invalid negative ttl for servfail")
+        if seconds > MAX_SERVFAIL_TTL:
+            raise ValueError("caching SERVFAIL responses over 5 minutes is not permitted")
+    except (ValueError, NetkitError) as exc:
+        raise NetkitError(f"--cache-servfail: {str(exc).removeprefix('--cache-servfail: ')}") from None
+    return seconds
+
+
+def _seconds(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return parse_duration(text, what)
+
+
+# --- the compatibility table -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Support:
+    plugin: str
+    option: str  # "" for the plugin's own arguments
+    field: str  # the DnsConfig field it sets; "" when netkit refuses it (or it changes nothing)
+    default: str  # CoreDNS's default
+    supported: bool = True
+    note: str = ""
+
+
+_NO = False
+COMPATIBILITY: tuple[Support, ...] = (
+    Support("bind", "", "listen", "every address", note="one IP address"),
+    Support("errors", "", "", "no error log", note="netkit logs errors always"),
+    Support("errors", "stacktrace", "", "off", _NO),
+    Support("errors", "consolidate", "", "none", _NO),
+    Support("health", "", "health_listen", ":8080"),
+    Support("health", "lameduck", "lameduck", "0s"),
+    Support("ready", "", "ready_listen", ":8181"),
+    Support("prometheus", "", "metrics_listen", "localhost:9153"),
+    Support("kubernetes", "", "zone", "the server block's zones", note="one cluster zone; in-addr.arpa and "
+            "ip6.arpa only with fallthrough"),
+    Support("kubernetes", "endpoint", "master", "in-cluster config"),
+    Support("kubernetes", "kubeconfig", "kubeconfig", "in-cluster config"),
+    Support("kubernetes", "pods", "pods", "disabled"),
+    Support("kubernetes", "ttl", "ttl", "5"),
+    Support("kubernetes", "fallthrough", "", "none", note="in-addr.arpa and ip6.arpa: names netkit does not "
+            "know go to forward"),
+    Support("kubernetes", "namespaces", "", "all", _NO),
+    Support("kubernetes", "labels", "", "all", _NO),
+    Support("kubernetes", "namespace_labels", "", "all", _NO),
+    Support("kubernetes", "endpoint_pod_names", "", "off", _NO),
+    Support("kubernetes", "noendpoints", "", "off", _NO),
+    Support("kubernetes", "tls", "", "none", _NO),
+    Support("kubernetes", "ignore", "", "none", _NO),
+    Support("kubernetes", "multicluster", "", "none", _NO),
+    Support("kubernetes", "startup_timeout", "", "5s", _NO),
+    Support("kubernetes", "apiserver_qps", "", "0", _NO),
+    Support("kubernetes", "apiserver_burst", "", "0", _NO),
+    Support("kubernetes", "apiserver_max_inflight", "", "0", _NO),
+    Support("forward", "", "upstreams", "none", note="FROM is the block's zone; TO: addresses or one "
+            "resolv.conf"),
+    Support("forward", "policy", "policy", "random"),
+    Support("forward", "health_check", "health_check", "0.5s", note="no_rec and domain refused"),
+    Support("forward", "max_fails", "max_fails", "2"),
+    Support("forward", "max_concurrent", "max_concurrent", "unlimited"),
+    Support("forward", "prefer_udp", "", "the client's protocol", note="netkit always asks over UDP first"),
+    Support("forward", "expire", "", "10s", note="netkit keeps no upstream connections"),
+    Support("forward", "except", "", "none", _NO),
+    Support("forward", "force_tcp", "", "off", _NO),
+    Support("forward", "tls", "", "none", _NO),
+    Support("forward", "tls_servername", "", "none", _NO),
+    Support("forward", "next", "", "none", _NO),
+    Support("forward", "failover", "", "none", _NO),
+    Support("forward", "failfast_all_unhealthy_upstreams", "", "off", _NO),
+    Support("cache", "", "cache_ttl", "3600"),
+    Support("cache", "success", "cache_size", "9984 3600 5", note="one TTL for success and denial"),
+    Support("cache", "denial", "cache_size", "9984 3600 5", note="one TTL for success and denial"),
+    Support("cache", "servfail", "cache_servfail", "5s"),
+    Support("cache", "disable", "", "none", note="the cluster zone only: netkit never caches cluster "
+            "answers past a change"),
+    Support("cache", "prefetch", "", "off", _NO),
+    Support("cache", "serve_stale", "", "off", _NO),
+    Support("cache", "keepttl", "", "off", _NO),
+    Support("loop", "", "loop_check", "off"),
+    Support("reload", "", "reload", "30s 15s"),
+    Support("loadbalance", "", "loadbalance", "off", note="round_robin"),
+    Support("log", "", "log_queries", "off", note="the default format, every name"),
+    Support("hosts", "", "", "", _NO),
+    Support("rewrite", "", "", "", _NO),
+    Support("autopath", "", "", "", _NO),
+)
+_TABLE = {(s.plugin, s.option): s for s in COMPATIBILITY}
+PLUGINS = tuple(dict.fromkeys(s.plugin for s in COMPATIBILITY))
+
+# What a Corefile's absence of a plugin means (the plugin is off), as opposed to the flags' defaults.
+_COREFILE_BASE = {
+    "ttl": 5, "pods": "disabled", "loadbalance": False, "upstreams": (), "resolv_conf": "",
+    "max_concurrent": 0, "loop_check": False, "cache_ttl": 0, "cache_size": 0, "metrics_listen": "",
+    "health_listen": "", "ready_listen": "", "log_queries": False, "lameduck": 0.0, "listen": "",
+}
+_REVERSE = ("in-addr.arpa", "ip6.arpa")
+
+
+def _fail(tok: Token, plugin: str, option: str, reason: str) -> CorefileError:
+    return CorefileError(tok, f"{plugin}: {option + ': ' if option else ''}{reason}")
+
+
+def _unsupported(tok: Token, plugin: str, option: str = "") -> CorefileError:
+    return _fail(tok, plugin, option, "not supported by netkit")
+
+
+def _check_known(d: Directive) -> None:
+    """The plugin and its block's options are ones netkit does; anything else is one error line."""
+    plugin = d.name.text
+    top = _TABLE.get((plugin, ""))
+    if top is None or not top.supported:
+        if top is None and not any(s.plugin == plugin for s in COMPATIBILITY):
+            raise _fail(d.name, plugin, "", "unknown plugin (not supported by netkit)")
+        raise _unsupported(d.name, plugin)
+    for opt in d.block:
+        row = _TABLE.get((plugin, opt.name.text))
+        if row is None:
+            raise _fail(opt.name, plugin, opt.name.text, "unknown property (not supported by netkit)")
+        if not row.supported:
+            raise _unsupported(opt.name, plugin, opt.name.text)
+
+
+class _Builder:
+    """Walks one server block's plugins into the fields of a DnsConfig."""
+
+    def __init__(self, base: dict[str, Any]) -> None:
+        self.out = dict(base)
+        self.seen: dict[str, Directive] = {}
+        self.cache_ttls: dict[str, tuple[int, int]] = {}
+
+    def plugin(self, d: Directive, zone: str) -> None:
+        _check_known(d)
+        name = d.name.text
+        if name in self.seen:
+            raise _fail(d.name, name, "", "this plugin can only be used once per server block")
+        self.seen[name] = d
+        handler: Callable[[Directive, str], None] = getattr(self, "_" + name)
+        handler(d, zone)
+
+    # -- the plugins ---------------------------------------------------------------------------------
+
+    def _bind(self, d: Directive, _: str) -> None:
+        host = _one(d, "bind", "an IP address")
+        try:
+            ip_address(host.text)
+        except ValueError:
+            raise _fail(host, "bind", "", f"{host.text!r}: only an IP address is supported by netkit") from None
+        self.out["bind"] = host.text
+
+    def _errors(self, d: Directive, _: str) -> None:
+        _no_args(d, "errors")
+
+    def _health(self, d: Directive, _: str) -> None:
+        self.out["health_listen"] = _http(d, "health", ":8080")
+        for opt in d.block:
+            arg = _one(opt, "health", "a duration", option="lameduck")
+            seconds = _duration(arg, "health", "lameduck")
+            if seconds < 0:
+                raise _fail(arg, "health", "lameduck", f"lameduck duration must be positive: {arg.text}")
+            self.out["lameduck"] = seconds
+
+    def _ready(self, d: Directive, _: str) -> None:
+        self.out["ready_listen"] = _http(d, "ready", ":8181")
+
+    def _prometheus(self, d: Directive, _: str) -> None:
+        self.out["metrics_listen"] = _http(d, "prometheus", "localhost:9153")
+
+    def _kubernetes(self, d: Directive, zone: str) -> None:
+        zones = [_zone(t, "kubernetes") for t in d.args] or [zone]
+        cluster = [z for z in zones if z not in _REVERSE]
+        if len(cluster) != 1 or cluster[0] == ".":
+            raise _fail(d.args[0] if d.args else d.name, "kubernetes", "",
+                        "one cluster zone (and in-addr.arpa, ip6.arpa) is supported by netkit")
+        self.out["zone"] = cluster[0]
+        falls: list[str] = []
+        for opt in d.block:
+            option = opt.name.text
+            if option == "pods":
+                mode = _one(opt, "kubernetes", "disabled, insecure or verified", option="pods")
+                if mode.text not in ("disabled", "insecure", "verified"):
+                    raise _fail(mode, "kubernetes", "pods", f"invalid value for pods: {mode.text}, must be one "
+                                "of: disabled, verified, insecure")
+                self.out["pods"] = mode.text
+            elif option == "ttl":
+                arg = _one(opt, "kubernetes", "seconds", option="ttl")
+                value = _int(arg, "kubernetes", "ttl")
+                if not 0 <= value <= 3600:
+                    raise _fail(arg, "kubernetes", "ttl", f"ttl must be in range [0, 3600]: {value}")
+                self.out["ttl"] = value
+            elif option == "endpoint":
+                self.out["master"] = _one(opt, "kubernetes", "one URL", option="endpoint").text
+            elif option == "kubeconfig":
+                if not 1 <= len(opt.args) <= 2:
+                    raise _fail(opt.name, "kubernetes", "kubeconfig", "expected FILE [CONTEXT]")
+                self.out["kubeconfig"] = opt.args[0].text
+                self.out["context"] = opt.args[1].text if len(opt.args) == 2 else ""
+            elif option == "fallthrough":
+                falls = [_zone(t, "kubernetes") for t in opt.args]
+                if not falls or any(z not in _REVERSE for z in falls):
+                    raise _fail(opt.args[0] if opt.args else opt.name, "kubernetes", "fallthrough",
+                                "only in-addr.arpa and ip6.arpa are supported by netkit (NXDOMAIN in the "
+                                "cluster zone is final)")
+        for z, tok in zip(zones, d.args, strict=False):
+            if z in _REVERSE and z not in falls:
+                raise _fail(tok, "kubernetes", "", f"{z} without fallthrough {z}: not supported by netkit "
+                            "(it forwards the reverse names it does not know)")
+
+    def _forward(self, d: Directive, zone: str) -> None:
+        if len(d.args) < 2:
+            raise _fail(d.name, "forward", "", "expected FROM TO...")
+        source = _zone(d.args[0], "forward")
+        if source not in (".", zone):
+            raise _fail(d.args[0], "forward", "", f"FROM {source} other than the server block's zone: "
+                        "not supported by netkit")
+        ups, files = [], []
+        for tok in d.args[1:]:
+            text = tok.text.removeprefix("dns://")
+            if "://" in text:
+                raise _fail(tok, "forward", "", f"{tok.text}: only dns:// is supported by netkit")
+            if _is_address(text):
+                ups.append(text)
+            else:
+                files.append(tok)
+        if files and (ups or len(files) > 1):
+            raise _fail(files[0], "forward", "", "one resolv.conf, alone, is supported by netkit")
+        if len(ups) > 15:
+            raise _fail(d.args[16], "forward", "", "more than 15 TO addresses")
+        self.out["upstreams"] = tuple(ups)
+        self.out["resolv_conf"] = files[0].text if files else ""
+        self.out["max_concurrent"] = 0
+        for opt in d.block:
+            self._forward_option(opt)
+
+    def _forward_option(self, opt: Directive) -> None:
+        option = opt.name.text
+        if option == "policy":
+            arg = _one(opt, "forward", "random, round_robin or sequential", option="policy")
+            if arg.text not in ("random", "round_robin", "sequential"):
+                raise _fail(arg, "forward", "policy", f"unknown policy '{arg.text}'")
+            self.out["policy"] = arg.text
+        elif option == "health_check":
+            if not opt.args:
+                raise _fail(opt.name, "forward", "health_check", "expected a duration")
+            if len(opt.args) > 1:
+                raise _unsupported(opt.args[1], "forward", f"health_check {opt.args[1].text}")
+            value = _duration(opt.args[0], "forward", "health_check")
+            if value < 0:
+                raise _fail(opt.args[0], "forward", "health_check", "health_check can't be negative")
+            self.out["health_check"] = value
+        elif option == "max_fails":
+            value = _int(_one(opt, "forward", "a number", option="max_fails"), "forward", "max_fails")
+            if value < 0:
+                raise _fail(opt.args[0], "forward", "max_fails", "max_fails can't be negative")
+            self.out["max_fails"] = value
+        elif option == "max_concurrent":
+            value = _int(_one(opt, "forward", "a number", option="max_concurrent"), "forward", "max_concurrent")
+            if value < 0:
+                raise _fail(opt.args[0], "forward", "max_concurrent", "max_concurrent can't be negative")
+            self.out["max_concurrent"] = value
+        elif option == "expire":
+            arg = _one(opt, "forward", "a duration", option="expire")
+            if _duration(arg, "forward", "expire") < 0:
+                raise _fail(arg, "forward", "expire", "expire can't be negative")
+        elif option == "prefer_udp":
+            _no_args(opt, "forward", "prefer_udp")
+
+    def _cache(self, d: Directive, zone: str) -> None:
+        ttl = MAX_CACHE = 3600
+        if d.args:
+            ttl = _int(d.args[0], "cache", "")
+            if ttl <= 0:
+                raise _fail(d.args[0], "cache", "", f"cache TTL can not be zero or negative: {ttl}")
+            for extra in d.args[1:]:
+                if _zone(extra, "cache") not in (".", zone):
+                    raise _fail(extra, "cache", "", "zones other than the server block's: not supported by netkit")
+        capacity = {"success": CAPACITY, "denial": CAPACITY}
+        ttls = {"success": (ttl, MIN_TTL), "denial": (ttl, MIN_TTL)}
+        for opt in d.block:
+            option = opt.name.text
+            if option in ("success", "denial"):
+                if not 1 <= len(opt.args) <= 3:
+                    raise _fail(opt.name, "cache", option, "expected CAPACITY [TTL] [MINTTL]")
+                capacity[option] = _int(opt.args[0], "cache", option)
+                top = _int(opt.args[1], "cache", option) if len(opt.args) > 1 else ttl
+                low = _int(opt.args[2], "cache", option) if len(opt.args) > 2 else MIN_TTL
+                if capacity[option] < 0 or top <= 0 or low < 0:
+                    raise _fail(opt.args[0], "cache", option, "capacity and TTLs must be positive")
+                ttls[option] = (top, low)
+            elif option == "servfail":
+                arg = _one(opt, "cache", "a duration", option="servfail")
+                value = _duration(arg, "cache", "servfail")
+                if value < 0:
+                    raise _fail(arg, "cache", "servfail", "invalid negative ttl for servfail")
+                if value > MAX_SERVFAIL_TTL:
+                    raise _fail(arg, "cache", "servfail", "caching SERVFAIL responses over 5 minutes is not permitted")
+                self.out["cache_servfail"] = value
+            elif option == "disable":
+                self._cache_disable(opt)
+        if ttls["success"] != ttls["denial"]:
+            row = next(o for o in d.block if o.name.text in ("success", "denial"))
+            raise _fail(row.name, "cache", row.name.text, "different TTLs for success and denial: not supported "
+                        "by netkit")
+        self.out["cache_ttl"], self.out["cache_min_ttl"] = min(ttls["success"][0], MAX_CACHE), ttls["success"][1]
+        self.out["cache_size"] = capacity["success"] + capacity["denial"]
+
+    def _cache_disable(self, opt: Directive) -> None:
+        if not opt.args or opt.args[0].text not in ("success", "denial"):
+            raise _fail(opt.name, "cache", "disable", "expected success or denial, then zones")
+        cluster = self.out.get("zone", "")
+        if len(opt.args) < 2:
+            raise _unsupported(opt.args[0], "cache", "disable for every zone")
+        for tok in opt.args[1:]:
+            if _zone(tok, "cache") != cluster:
+                raise _fail(tok, "cache", "disable", "zones other than the kubernetes zone: not supported by netkit")
+
+    def _loop(self, d: Directive, _: str) -> None:
+        _no_args(d, "loop")
+        self.out["loop_check"] = True
+
+    def _reload(self, d: Directive, _: str) -> None:
+        if len(d.args) > 2:
+            raise _fail(d.args[2], "reload", "", "expected [INTERVAL] [JITTER]")
+        interval = _duration(d.args[0], "reload", "") if d.args else 30.0
+        jitter = _duration(d.args[1], "reload", "") if len(d.args) > 1 else 15.0
+        if interval < 2:
+            raise _fail(d.args[0], "reload", "", "interval value must be greater or equal to 2s")
+        if len(d.args) > 1 and jitter < 1:
+            raise _fail(d.args[1], "reload", "", "jitter value must be greater or equal to 1s")
+        self.out["reload"], self.out["reload_jitter"] = interval, min(jitter, interval / 2)
+
+    def _loadbalance(self, d: Directive, _: str) -> None:
+        if d.args and d.args[0].text != "round_robin":
+            raise _unsupported(d.args[0], "loadbalance", d.args[0].text)
+        if len(d.args) > 1 or d.block:
+            raise _fail(d.args[1] if len(d.args) > 1 else d.block[0].name, "loadbalance", "", "unexpected argument")
+        self.out["loadbalance"] = True
+
+    def _log(self, d: Directive, _: str) -> None:
+        if d.args and [t.text for t in d.args] != ["."]:
+            raise _unsupported(d.args[0], "log", "names and formats")
+        if d.has_block:
+            raise _unsupported(d.block[0].name if d.block else d.name, "log", "classes")
+        self.out["log_queries"] = True
+
+
+def from_corefile(blocks: list[ServerBlock], flags: DnsConfig, path: str) -> DnsConfig:
+    """The DnsConfig of parsed server blocks: the cluster's block (the one with `kubernetes`, zone
+    `.`) sets the server; every other block on its port is a stub domain (`forward` only)."""
+    keyed = [(b, [_key(k) for k in b.keys]) for b in blocks]
+    main = [(b, keys) for b, keys in keyed if any(d.name.text == "kubernetes" for d in b.directives)]
+    if len(main) != 1:
+        raise CorefileError(blocks[0].keys[0] if blocks and len(main) > 1 else None,
+                            "netkit serves one server block with the kubernetes plugin", path)
+    block, keys = main[0]
+    if len(keys) != 1 or keys[0][0] != ".":
+        raise _fail(block.keys[0], "server block", "", "the kubernetes block's key must be the root zone "
+                    "'.' (other zones as server blocks of their own)")
+    port = keys[0][1]
+    build = _Builder({**{f.name: getattr(flags, f.name) for f in fields(DnsConfig)}, **_COREFILE_BASE,
+                      "conf": path})
+    for d in sorted(block.directives, key=lambda d: d.name.text != "kubernetes"):  # the zone first
+        build.plugin(d, ".")
+    out = build.out
+    stubs = []
+    for other, other_keys in keyed:
+        if other is block:
+            continue
+        stubs += _stub(other, other_keys, port, out)
+    host = out.pop("bind", "0.0.0.0")
+    out["listen"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    out["stub_domains"] = tuple(stubs)
+    return replace(flags, **{k: v for k, v in out.items() if k in _FIELDS})
+
+
+_FIELDS = {f.name for f in fields(DnsConfig)}
+
+
+def _stub(block: ServerBlock, keys: list[tuple[str, int]], port: int, main: dict[str, Any]) -> list[str]:
+    """A server block for other zones: a stub domain, when it only forwards (with the cluster block's
+    cache and log) on the same port."""
+    for tok, (_, p) in zip(block.keys, keys, strict=True):
+        if p != port:
+            raise _fail(tok, "server block", "", f"port {p} besides {port}: netkit serves one port")
+    ups: tuple[str, ...] = ()
+    for d in block.directives:
+        _check_known(d)
+        name = d.name.text
+        if name in ("errors", "loop"):
+            continue
+        if name in ("cache", "log"):
+            probe = _Builder(main)
+            probe.plugin(d, keys[0][0])
+            if any(probe.out[k] != main[k] for k in ("cache_ttl", "cache_min_ttl", "cache_size", "cache_servfail",
+                                                      "log_queries")):
+                raise _fail(d.name, name, "", "settings other than the cluster block's: not supported by netkit")
+            continue
+        if name != "forward":
+            raise _fail(d.name, name, "", "in a server block without kubernetes: not supported by netkit")
+        if d.block:
+            raise _unsupported(d.block[0].name, "forward", f"{d.block[0].name.text} in a stub domain's block")
+        probe = _Builder(main)
+        probe.plugin(d, keys[0][0])
+        if probe.out["resolv_conf"]:
+            raise _fail(d.args[1], "forward", "", "a resolv.conf for a stub domain: not supported by netkit")
+        ups = probe.out["upstreams"]
+    if not ups:
+        raise _fail(block.keys[0], "server block", "", "a block without kubernetes must forward")
+    return [f"{zone}={','.join(ups)}" for zone, _ in keys]
+
+
+# --- small readers ---------------------------------------------------------------------------------
+
+
+def _key(tok: Token) -> tuple[str, int]:
+    """A server block key: [dns://]ZONE[:PORT] → (zone in lower case with no final dot, port)."""
+    text = tok.text
+    if "://" in text:
+        scheme, _, text = text.partition("://")
+        if scheme != "dns":
+            raise _fail(tok, "server block", "", f"{scheme}:// is not supported by netkit")
+    zone, sep, port = text.rpartition(":") if ":" in text else (text, "", "")
+    if sep and not port.isdigit():
+        raise _fail(tok, "server block", "", f"invalid port {port!r}")
+    if "/" in zone:
+        raise _fail(tok, "server block", "", "a CIDR zone is not supported by netkit")
+    return _zone(replace(tok, text=zone), "server block"), int(port) if sep else 53
+
+
+def _zone(tok: Token, plugin: str) -> str:
+    text = tok.text.lower()
+    if text in (".", ""):
+        return "."
+    if "/" in text:
+        raise _unsupported(tok, plugin, f"CIDR zone {tok.text}")
+    return text.removesuffix(".")
+
+
+def _one(d: Directive, plugin: str, what: str, *, option: str = "") -> Token:
+    if len(d.args) != 1:
+        raise _fail(d.args[1] if len(d.args) > 1 else d.name, plugin, option, f"expected {what}")
+    return d.args[0]
+
+
+def _no_args(d: Directive, plugin: str, option: str = "") -> None:
+    if d.args or d.block:
+        tok = d.args[0] if d.args else d.block[0].name
+        raise _fail(tok, plugin, option, f"unexpected {tok.text!r}")
+
+
+def _http(d: Directive, plugin: str, default: str) -> str:
+    if len(d.args) > 1:
+        raise _fail(d.args[1], plugin, "", "expected one address")
+    text = d.args[0].text if d.args else default
+    host, _, port = text.rpartition(":")
+    if host == "localhost":
+        text = f"127.0.0.1:{port}"
+    return text
+
+
+def _int(tok: Token, plugin: str, option: str) -> int:
+    try:
+        return int(tok.text)
+    except ValueError:
+        raise _fail(tok, plugin, option, f"{tok.text!r} is not a number") from None
+
+
+def _duration(tok: Token, plugin: str, option: str) -> float:
+    try:
+        return parse_duration(tok.text, "duration")
+    except NetkitError:
+        raise _fail(tok, plugin, option, f"{tok.text!r} is not a duration like 5s or 1m") from None
+
+
+def _is_address(text: str) -> bool:
+    host = text
+    if text.startswith("["):
+        host = text[1:].partition("]")[0]
+    elif text.count(":") == 1:
+        host = text.partition(":")[0]
+    with contextlib.suppress(ValueError):
+        ip_address(host)
+        return True
+    return False
