@@ -1,0 +1,171 @@
+"""`netkit dns --conf COREFILE` over real sockets: the Corefile's `reload` follows a ConfigMap volume's
+`..data` symlink swap (and keeps the running configuration when the new Corefile is invalid), and
+`health { lameduck }` keeps answering after SIGTERM while /ready stops answering 200, then exits 0."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import dns.message
+import dns.query
+import dns.rcode
+import pytest
+
+from tests.conftest import EXAMPLES, ROOT
+from tests.dnsserver.conftest import free_port
+
+WEB = "web.default.svc.cluster.local."
+
+
+def corefile(port: int, ready: int, *, ttl: int = 30, extra: str = "", lameduck: str = "") -> str:
+    health = f"health 127.0.0.1:{free_port()} {{\n        lameduck {lameduck}\n    }}" if lameduck else ""
+    return f""".:{port} {{
+    errors
+    bind 127.0.0.1
+    {health}
+    ready 127.0.0.1:{ready}
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl {ttl}
+    }}
+    {extra}
+}}
+"""
+
+
+class Served:
+    """`netkit dns --conf` on the examples, its stderr collected line by line."""
+
+    def __init__(self, conf: Path, port: int, ready: int) -> None:
+        self.port, self.ready = port, ready
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen([sys.executable, "-m", "netkit", "dns", "--conf", str(conf), "-f", str(EXAMPLES)],
+                                     cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+
+    def ask(self, name: str = WEB) -> dns.message.Message | None:
+        try:
+            return dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=self.port, timeout=1)
+        except (dns.exception.Timeout, OSError):
+            return None
+
+    def ready_status(self) -> int | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ready}/ready", timeout=2) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+def wait_for(what: Callable[[], bool], served: Served, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        if served.proc.poll() is not None:
+            pytest.fail(f"netkit dns exited {served.proc.returncode}: {''.join(served.lines)}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout}s; stderr: {''.join(served.lines)}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Path, int, int], Served]]:
+    started: list[Served] = []
+
+    def start(conf: Path, port: int, ready: int) -> Served:
+        started.append(Served(conf, port, ready))
+        return started[-1]
+
+    yield start
+    for s in started:
+        s.close()
+
+
+def configmap_volume(root: Path, text: str, version: int) -> None:
+    """What the kubelet does to a ConfigMap volume: the new content in a new timestamped directory,
+    `..data` swapped to it in one rename, `Corefile` a symlink through `..data`."""
+    new = root / f"..2026_01_01_00_00_0{version}.000000"
+    new.mkdir()
+    (new / "Corefile").write_text(text)
+    tmp = root / "..data_tmp"
+    tmp.symlink_to(new.name)
+    os.rename(tmp, root / "..data")
+    if not (root / "Corefile").is_symlink():
+        (root / "Corefile").symlink_to("..data/Corefile")
+
+
+def ttl_of(reply: dns.message.Message | None) -> int | None:
+    return reply.answer[0].ttl if reply is not None and reply.answer else None
+
+
+def test_reload_follows_the_configmap_swap_and_keeps_the_old_config_on_errors(
+        tmp_path: Path, serve: Callable[[Path, int, int], Served]) -> None:
+    port, ready = free_port(), free_port()
+    configmap_volume(tmp_path, corefile(port, ready, ttl=30, extra="reload 2s 1s"), 1)
+    served = serve(tmp_path / "Corefile", port, ready)
+    wait_for(lambda: ttl_of(served.ask()) == 30, served)
+
+    configmap_volume(tmp_path, corefile(port, ready, ttl=7, extra="reload 2s 1s"), 2)
+    wait_for(lambda: ttl_of(served.ask()) == 7, served)
+    assert served.said("reloading")
+
+    configmap_volume(tmp_path, corefile(port, ready, ttl=9, extra="reload 2s 1s\n    hosts /etc/hosts"), 3)
+    wait_for(lambda: served.said("reload failed"), served)
+    assert any("hosts: not supported by netkit" in line for line in served.lines)
+    assert ttl_of(served.ask()) == 7  # the running configuration keeps serving
+    assert served.ready_status() == 200
+
+    configmap_volume(tmp_path, corefile(port, ready, ttl=11, extra="reload 2s 1s"), 4)
+    wait_for(lambda: ttl_of(served.ask()) == 11, served)
+
+
+def test_lameduck_answers_while_ready_says_no_then_exits_0(
+        tmp_path: Path, serve: Callable[[Path, int, int], Served]) -> None:
+    port, ready = free_port(), free_port()
+    (tmp_path / "Corefile").write_text(corefile(port, ready, lameduck="4s"))
+    served = serve(tmp_path / "Corefile", port, ready)
+    wait_for(lambda: served.ready_status() == 200 and served.ask() is not None, served)
+
+    served.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: served.ready_status() == 503, served, timeout=30)
+    answered_while_draining = served.ask()
+    assert answered_while_draining is not None and answered_while_draining.rcode() == dns.rcode.NOERROR
+    assert answered_while_draining.answer and answered_while_draining.answer[0][0].address == "10.96.0.10"
+    assert served.proc.poll() is None  # still there: the lameduck lasts 4 s
+    assert served.proc.wait(60) == 0
+    assert served.ask() is None
+
+
+def test_without_lameduck_sigterm_exits_at_once(tmp_path: Path, serve: Callable[[Path, int, int], Served]) -> None:
+    port, ready = free_port(), free_port()
+    (tmp_path / "Corefile").write_text(corefile(port, ready))
+    served = serve(tmp_path / "Corefile", port, ready)
+    wait_for(lambda: served.ready_status() == 200, served)
+    served.proc.send_signal(signal.SIGTERM)
+    assert served.proc.wait(30) == 0
+    assert not served.said("lameduck")
