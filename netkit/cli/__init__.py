@@ -71,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout = sys.stdout
     sys.stdout = _PipeSafe(stdout)
     collecting = gc.isenabled()
+    argv = _coredns(argv)
     try:
         args = parse(parser(argv), argv)
         if args.command in ONE_PASS:
@@ -88,6 +89,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = stdout
         if collecting:
             gc.enable()
+
+
+def _coredns(argv: Sequence[str] | None) -> Sequence[str] | None:
+    """CoreDNS's command line, `-conf FILE` (what kubeadm's Deployment passes), is `netkit dns --conf
+    FILE`: CoreDNS's own Deployment runs netkit's image with nothing else changed."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and (args[0] == "-conf" or args[0].startswith("-conf=")):
+        return ["dns", "-" + args[0], *args[1:]]
+    return argv
 
 
 def parse(top: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:

@@ -32,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from netkit.dns.cache import CAPACITY, MAX_TTL, SERVFAIL_TTL, ForwardCache
-from netkit.dns.config import DnsConfig, corefile_digest, from_args, load
+from netkit.dns.config import DnsConfig, corefile_digest, flags_config, load
 from netkit.dns.corefile import read_file
 from netkit.dns.endpoints import health_app, metrics_app, parse_http_address, ready_app, serve
 from netkit.dns.engine import Engine
@@ -129,12 +129,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run(args: argparse.Namespace) -> int:
-    config = from_args(args)
+    flags = flags_config(args)
+    config = load(args.conf, flags) if args.conf else flags
     if "-" in config.files:
         raise NetkitError("netkit dns reads files it can watch; '-' (stdin) is not supported")
     _http_addresses(config)  # a bad address is an error before anything starts
     with asyncio.Runner(loop_factory=_loop_factory(config.loop)) as runner:
-        return runner.run(_serve(config))
+        return runner.run(_serve(config, flags))
 
 
 def _http_addresses(config: DnsConfig) -> dict[str, tuple[str | None, int] | None]:
@@ -239,7 +240,7 @@ def _source_key(config: DnsConfig) -> tuple[Any, ...]:
     return (config.files, config.kubeconfig, config.master, config.context, config.pods == PodMode.VERIFIED.value)
 
 
-async def _serve(config: DnsConfig) -> int:
+async def _serve(config: DnsConfig, flags: DnsConfig) -> int:
     """Serve `config`; with `reload`, a changed Corefile that reads well replaces it (the source stays
     when the new one watches the same), one that does not is logged and the old one keeps serving."""
     stop = _stop_event()
@@ -250,7 +251,7 @@ async def _serve(config: DnsConfig) -> int:
                 if source is not None:
                     await source.close()
                 source = _Source(config)
-            following = await _run(config, source, stop)
+            following = await _run(config, flags, source, stop)
             if following is None:
                 return 0
             _say(f"reloading {config.conf}")
@@ -260,7 +261,7 @@ async def _serve(config: DnsConfig) -> int:
             await source.close()
 
 
-async def _run(config: DnsConfig, source: _Source, stop: asyncio.Event) -> DnsConfig | None:
+async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: asyncio.Event) -> DnsConfig | None:
     """One configuration's server until SIGTERM (None: after the lameduck) or a new Corefile (returned)."""
     options, http = _options(config), _http_addresses(config)
     listen = parse_address(config.listen)
@@ -285,7 +286,7 @@ async def _run(config: DnsConfig, source: _Source, stop: asyncio.Event) -> DnsCo
                 runners.append(await serve(apps[flag](), address, flag))
         reloads: asyncio.Queue[DnsConfig] = asyncio.Queue(1)
         if config.conf and config.reload > 0:
-            tasks.append(asyncio.create_task(_watch(config, reloads)))
+            tasks.append(asyncio.create_task(_watch(config, flags, reloads)))
         if not await source.first_sync(stop):
             return None
         view = await _install(server, source.store, options)
@@ -357,7 +358,7 @@ async def _lameduck(seconds: float, draining: asyncio.Event) -> None:
         await asyncio.sleep(seconds)
 
 
-async def _watch(config: DnsConfig, reloads: asyncio.Queue[DnsConfig]) -> None:
+async def _watch(config: DnsConfig, flags: DnsConfig, reloads: asyncio.Queue[DnsConfig]) -> None:
     """CoreDNS's `reload`: read the Corefile every interval (± jitter); a new one that reads well is put
     in `reloads`; one that does not is logged (once per change) and the old configuration stays."""
     digest = config.conf_digest
@@ -374,7 +375,7 @@ async def _watch(config: DnsConfig, reloads: asyncio.Queue[DnsConfig]) -> None:
             continue
         digest = now
         try:
-            following = await asyncio.to_thread(load, config.conf, config)
+            following = await asyncio.to_thread(load, config.conf, flags)
         except NetkitError as exc:
             RELOAD_FAILURES[0] += 1
             _say(f"[ERROR] plugin/reload: Corefile changed but reload failed: {exc}; keeping the running one")

@@ -71,6 +71,10 @@ class DnsConfig:
 
 DEFAULTS = DnsConfig()
 FLAGS_ONLY = ("files", "upstream_timeout", "tcp_idle_timeout", "tcp_max_connections", "loop")
+# With --conf, what the pod's environment gives CoreDNS: its in-cluster API configuration (when the
+# kubernetes plugin names no kubeconfig or endpoint) and the file read for /etc/resolv.conf.
+STAND_INS = ("kubeconfig", "master", "context", "resolv_conf")
+POD_RESOLV_CONF = "/etc/resolv.conf"
 FROM_COREFILE_ONLY = ("reload", "reload_jitter", "conf", "conf_digest", "loop_check")
 
 
@@ -81,6 +85,12 @@ def flag_of(field: str) -> str:
 
 def from_args(args: Any) -> DnsConfig:
     """The flags of `netkit dns`, or with `--conf` the Corefile plus the flags it does not cover."""
+    config = flags_config(args)
+    return load(args.conf, config) if args.conf else config
+
+
+def flags_config(args: Any) -> DnsConfig:
+    """The flags alone; with `--conf`, the ones a Corefile does not set (the others are refused)."""
     servfail = _servfail(args.cache_servfail)
     config = DnsConfig(
         files=tuple(args.files), kubeconfig=args.kubeconfig, master=args.master, context=args.context,
@@ -92,13 +102,11 @@ def from_args(args: Any) -> DnsConfig:
         health_listen=args.health_listen, ready_listen=args.ready_listen, log_queries=args.log_queries,
         lameduck=_seconds(args.lameduck, "--lameduck"), tcp_idle_timeout=args.tcp_idle_timeout,
         tcp_max_connections=args.tcp_max_connections, loop=args.loop)
-    if not args.conf:
-        return config
-    given = [f.name for f in fields(DnsConfig)
-             if f.name not in FLAGS_ONLY and getattr(config, f.name) != getattr(DEFAULTS, f.name)]
-    if given:
+    given = [f.name for f in fields(DnsConfig) if f.name not in FLAGS_ONLY + STAND_INS
+             and getattr(config, f.name) != getattr(DEFAULTS, f.name)]
+    if args.conf and given:
         raise NetkitError(f"{flag_of(given[0])}: cannot be combined with --conf (the Corefile sets it)")
-    return load(args.conf, config)
+    return config
 
 
 def load(path: str, flags: DnsConfig = DEFAULTS, env: Mapping[str, str] | None = None) -> DnsConfig:
@@ -494,6 +502,8 @@ def from_corefile(blocks: list[ServerBlock], flags: DnsConfig, path: str) -> Dns
         if other is block:
             continue
         stubs += _stub(other, other_keys, port, out)
+    if out["resolv_conf"] == POD_RESOLV_CONF:
+        out["resolv_conf"] = flags.resolv_conf
     host = out.pop("bind", "0.0.0.0")
     out["listen"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     out["stub_domains"] = tuple(stubs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from netkit.cli import _coredns
+from netkit.dns.config import DEFAULTS, load
 from netkit.testing.apiserver import TestApiServer, rbac_uncovered
 
 from .conftest import eventually, run
@@ -248,24 +251,19 @@ def test_the_dns_deployment_is_a_drop_in_for_kubeadms_coredns(tmp_path: Path) ->
     live, ready = c["livenessProbe"]["httpGet"], c["readinessProbe"]["httpGet"]
     assert (live["path"], ports[live["port"]][0]) == ("/health", 8080)
     assert (ready["path"], ports[ready["port"]][0]) == ("/ready", 8181)
-    # the arguments parse as netkit dns's, with the ConfigMap's values where the pod's env puts them
-    cm = of_kind("ConfigMap", DNS_DEPLOY)["data"]
-    env = {e["name"]: cm[e["valueFrom"]["configMapKeyRef"]["key"]] for e in c["env"]
-           if "configMapKeyRef" in e.get("valueFrom", {})}
-    assert {e["name"] for e in c["env"]} == set(env) | {"POD_IP"}
-    argv = []
-    for arg in c["args"]:
-        for name, value in env.items():
-            arg = arg.replace(f"$({name})", value)
-        argv.append(arg)
-    from netkit.dns.command import register as register_dns
-    top = argparse.ArgumentParser()
-    register_dns(top.add_subparsers())
-    assert c["command"] == ["netkit"] and "$(" not in " ".join(argv)
-    args = top.parse_args(argv)
-    assert (args.listen, args.pods, args.ttl, args.cache_ttl, args.loadbalance) == (
-        "0.0.0.0:53", "insecure", 30, 30.0, "round_robin")
-    assert (args.health_listen, args.ready_listen, args.metrics_listen) == (":8080", ":8181", ":9153")
+    # kubeadm's command line for CoreDNS's image: the ConfigMap's Corefile, mounted at /etc/coredns
+    assert "command" not in c and c["args"] == ["-conf", "/etc/coredns/Corefile"]
+    assert c["volumeMounts"] == [{"name": "config-volume", "mountPath": "/etc/coredns", "readOnly": True}]
+    assert pod["volumes"] == [{"name": "config-volume", "configMap": {
+        "name": "coredns", "items": [{"key": "Corefile", "path": "Corefile"}]}}]
+    assert pod["dnsPolicy"] == "Default" and c["resources"]["limits"] == {"memory": "170Mi"}
+    assert _coredns(c["args"]) == ["dns", "--conf", "/etc/coredns/Corefile"]  # the image's entrypoint: netkit
+    corefile = tmp_path / "Corefile"
+    corefile.write_text(of_kind("ConfigMap", DNS_DEPLOY)["data"]["Corefile"])
+    conf = load(str(corefile))  # kubeadm's Corefile: the flags' defaults, on :53, with lameduck and reload
+    assert dataclasses.replace(conf, listen=DEFAULTS.listen, lameduck=0.0, reload=0.0, reload_jitter=0.0, conf="",
+                               conf_digest="") == DEFAULTS
+    assert (conf.listen, conf.lameduck, conf.reload) == ("0.0.0.0:53", 5.0, 30.0)
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
@@ -277,6 +275,6 @@ def test_kubectl_accepts_the_dns_manifests(tmp_path: Path) -> None:
             assert out.count("created") == 6, out
             got = yaml.safe_load(await kubectl("get", "-n", "kube-system", "service/kube-dns", "-o", "yaml"))
             assert got["spec"]["clusterIP"] == "10.96.0.10"
-            await kubectl("get", "-n", "kube-system", "deployment/netkit-dns", "-o", "name")
+            await kubectl("get", "-n", "kube-system", "deployment/coredns", "-o", "name")
 
     run(scenario(), timeout=40)

@@ -149,8 +149,8 @@ def test_headless_services_and_namespaces_are_watched_like_coredns(synced: tuple
 
 
 def test_deploy_dns_cluster_role_covers_what_netkit_dns_requests(synced: tuple[Api, NetkitDns]) -> None:
-    """deploy/dns/10-rbac.yaml allows every request of a running netkit dns (no Pods in insecure mode),
-    and grants only list and watch of what it watches (Endpoints: the fallback without slices)."""
+    """deploy/dns/10-rbac.yaml (kubeadm's system:coredns) allows every request of a running netkit dns
+    (no Pods in insecure mode), and grants only list and watch."""
     import yaml
     api, _ = synced
     role = next(d for d in yaml.safe_load_all((ROOT / "deploy" / "dns" / "10-rbac.yaml").read_text())
@@ -160,7 +160,9 @@ def test_deploy_dns_cluster_role_covers_what_netkit_dns_requests(synced: tuple[A
     assert used == {("", "services"), ("", "namespaces"), ("discovery.k8s.io", "endpointslices")}
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                for v in rule["verbs"]}
-    assert granted == {(g, r, v) for g, r in used | {("", "endpoints")} for v in ("list", "watch")}
+    # kubeadm's system:coredns: list and watch only, of what netkit dns watches (Endpoints: the
+    # fallback without slices; Pods: `pods verified`)
+    assert granted == {(g, r, v) for g, r in used | {("", "endpoints"), ("", "pods")} for v in ("list", "watch")}
 
 
 def test_metrics_have_coredns_names_and_labels(synced: tuple[Api, NetkitDns]) -> None:

@@ -319,3 +319,21 @@ def test_no_kubernetes_block_is_refused() -> None:
 def test_load_reports_an_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(NetkitError, match="--conf .*: cannot read"):
         load(str(tmp_path / "nope"))
+
+
+def test_the_lab_cluster_dns_pods_read_deploy_dns_corefile(tmp_path: Path) -> None:
+    """netkit lab cluster starts each DNS pod with deploy/dns's Corefile and, as the pod's environment,
+    its kubeconfig and a resolv.conf: the Corefile's /etc/resolv.conf is read from there."""
+    from netkit.cli import parser as cli_parser
+    from netkit.dns.config import from_args
+    from netkit.lab.cluster import controlplane, deploy
+    text = deploy.dns_corefile(deploy.default_dir())
+    assert text == KUBEADM
+    (tmp_path / "dns").mkdir()
+    (tmp_path / "dns" / "Corefile").write_text(text)
+    argv = controlplane.dns_argv(tmp_path)
+    assert argv[:3] == [sys.executable, "-m", "netkit"]
+    c = from_args(cli_parser(argv[3:]).parse_args(argv[3:]))
+    assert (c.resolv_conf, c.kubeconfig, c.upstream_timeout) == (
+        str(tmp_path / "dns" / "resolv.conf"), str(tmp_path / "dns" / deploy.KUBECONFIG_FILE), 0.5)
+    assert (c.zone, c.ttl, c.pods, c.max_concurrent, c.ready_listen) == ("cluster.local", 30, "insecure", 1000, ":8181")

@@ -60,12 +60,13 @@ DNS_READY_PORT = 8181  # CoreDNS's readiness endpoint (/ready), probed as kubele
 
 
 def dns_argv(cluster_dir: Path) -> list[str]:
-    """`netkit dns` as the cluster DNS, with the API as its source (the pod's own kubeconfig: the API
-    is 127.0.0.1:6443 in its namespace) and an upstream that never answers: names outside the
-    cluster fail at once instead of leaving the lab."""
-    return [*netkit_argv(), "dns", "--kubeconfig", str(cluster_dir / "dns" / deploy.KUBECONFIG_FILE),
-            "--listen", "0.0.0.0:53", "--upstream", f"{OUTSIDE_IP}:53", "--upstream-timeout", "0.5",
-            "--ready-listen", f":{DNS_READY_PORT}"]
+    """`netkit dns` as the cluster DNS, reading deploy/dns's Corefile as CoreDNS's pods do (`-conf`),
+    with what a pod's environment gives it: the API (the pod's own kubeconfig: 127.0.0.1:6443 in its
+    namespace) and its resolv.conf (dnsPolicy: Default), here an upstream that never answers, so
+    names outside the cluster fail at once instead of leaving the lab."""
+    d = cluster_dir / "dns"
+    return [*netkit_argv(), "dns", "--conf", str(d / "Corefile"), "--kubeconfig", str(d / deploy.KUBECONFIG_FILE),
+            "--resolv-conf", str(d / "resolv.conf"), "--upstream-timeout", "0.5"]
 
 
 def api_listener(netns: str) -> socket.socket:
@@ -178,6 +179,8 @@ class ControlPlane:
             d.mkdir(parents=True, exist_ok=True)
             write_json(d / deploy.KUBECONFIG_FILE, objects.kubeconfig(f"http://127.0.0.1:{API_PORT}"))
         write_json(self.dir / "dns" / deploy.KUBECONFIG_FILE, objects.kubeconfig(f"http://127.0.0.1:{API_PORT}"))
+        (self.dir / "dns" / "Corefile").write_text(deploy.dns_corefile(self.deploy_dir))
+        (self.dir / "dns" / "resolv.conf").write_text(f"nameserver {OUTSIDE_IP}\n")
 
     def seed(self) -> None:
         for name in NAMESPACES:

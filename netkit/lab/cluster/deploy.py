@@ -51,6 +51,15 @@ def find(docs: list[JSON], kind: str, name: str | None = None) -> JSON:
     raise LabError(f"deploy/: no {kind}{' ' + name if name else ''} in the manifests")
 
 
+def dns_corefile(deploy_dir: Path) -> str:
+    """The Corefile of the `coredns` ConfigMap in deploy/dns/, which the lab's DNS pods read."""
+    cm = find(list(documents(deploy_dir / "dns")), "ConfigMap", "coredns")
+    text = (cm.get("data") or {}).get("Corefile")
+    if not isinstance(text, str):
+        raise LabError("deploy/dns/: the coredns ConfigMap has no Corefile")
+    return text
+
+
 def container(ds: JSON) -> JSON:
     containers = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
     if not containers:
