@@ -159,9 +159,12 @@ class DnsServer:
         probes: dict[Name, tuple[Forwarder, Address]] = {
             (secrets.token_hex(8), *LOOP_PROBE_ZONE): (f, up) for f in self.router.forwarders for up in f.usable}
         self._probes.update({name: up for name, (_, up) in probes.items()})
-        await asyncio.gather(*(f.ask(up, question_wire(name, HINFO), False) for name, (f, up) in probes.items()))
-        for name in probes:
+        replies = await asyncio.gather(*(f.ask(up, question_wire(name, HINFO), False)
+                                         for name, (f, up) in probes.items()))
+        for (name, (f, up)), reply in zip(probes.items(), replies, strict=True):
             self._probes.pop(name, None)
+            if reply is None and up not in f.looping:
+                f.failed(up)  # silent at start: probed, and tried last, before any client's query pays for it
         return tuple(dict.fromkeys(up for f, up in probes.values() if up in f.looping))
 
     # --- UDP -------------------------------------------------------------------------------------

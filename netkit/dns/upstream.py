@@ -170,7 +170,9 @@ class Forwarder:
             usable = usable[i:] + usable[:i]
         healthy = [u for u in usable if not self.down(u)]
         if healthy:
-            return healthy
+            # One that failed a query is being probed: it goes last until a probe answers, so a silent
+            # upstream costs one query its timeout, not every query until max_fails probes have failed.
+            return [u for u in healthy if u not in self._probes] + [u for u in healthy if u in self._probes]
         self.counters.healthcheck_broken += 1
         return [self._rng.choice(usable)]
 
@@ -184,7 +186,7 @@ class Forwarder:
                 reply = await self.ask(upstream, query, tcp)
                 if reply is not None:
                     return reply
-                self._failed(upstream)
+                self.failed(upstream)
             return None
         finally:
             self.inflight -= 1
@@ -207,7 +209,8 @@ class Forwarder:
                                 time.monotonic() - started)
         return query[:2] + reply[2:]
 
-    def _failed(self, upstream: Address) -> None:
+    def failed(self, upstream: Address) -> None:
+        """`upstream` did not answer: probe it until it does (it goes last meanwhile)."""
         if self.health_check <= 0 or upstream in self._probes:
             return
         self._probes[upstream] = asyncio.ensure_future(self._probe(upstream))

@@ -116,6 +116,21 @@ def test_a_dead_first_upstream_is_skipped_once_health_checks_fail(
     assert r.server.metrics.proxy.healthcheck_failures[str(dead.address)] > fwd.max_fails
 
 
+def test_a_silent_upstream_costs_one_query_its_timeout(start_server: Start, upstreams: Upstreams) -> None:
+    """Within one query the silent upstream is given up and the next tried; until a health check says
+    it answers again, the queries after it go to the others first (the probe's first try is 5 s away,
+    so nothing here depends on max_fails)."""
+    dead, live = upstreams("127.0.0.2", mute=True), upstreams("127.0.0.3")
+    fwd = Forwarder([dead.address, live.address], 0.3, policy=Policy.SEQUENTIAL, health_check=5.0)
+    r = start_server(view(), forwarder=fwd)
+    assert ask(r, "a.example.com.").answer[0][0].to_text() == "192.0.2.1"
+    assert dead.count("a.example.com.") == 1 and not fwd.down(dead.address)
+    for i in range(5):
+        assert ask(r, f"b{i}.example.com.").answer
+    assert not any(n.startswith("b") for n in dead.seen)
+    assert live.count("b4.example.com.") == 1
+
+
 def test_a_recovered_upstream_is_used_again(start_server: Start, upstreams: Upstreams) -> None:
     flaky, other = upstreams("127.0.0.2", mute=True), upstreams("127.0.0.3")
     fwd = Forwarder([flaky.address, other.address], 0.2, policy=Policy.SEQUENTIAL, health_check=0.05)
