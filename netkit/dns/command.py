@@ -59,7 +59,6 @@ from netkit.model.types import IPAddress
 from netkit.sources.store import Store
 
 _REPORTED: set[str] = set()  # invalid objects already reported
-RELOAD_FAILURES = [0]
 REBUILD_INTERVAL = 0.2  # seconds between the starts of two view builds at most
 PLUGINS = ("cache", "errors", "forward", "health", "kubernetes", "loop", "prometheus", "ready")
 
@@ -245,13 +244,19 @@ async def _serve(config: DnsConfig, flags: DnsConfig) -> int:
     when the new one watches the same), one that does not is logged and the old one keeps serving."""
     stop = _stop_event()
     source: _Source | None = None
+    metrics: DnsMetrics | None = None
     try:
         while True:
             if source is None or source.key != _source_key(config):
                 if source is not None:
                     await source.close()
                 source = _Source(config)
-            following = await _run(config, flags, source, stop)
+            label = _server_label(parse_address(config.listen))
+            plugins = PLUGINS + (("log",) if config.log_queries else ())
+            if metrics is None or (metrics.server, metrics.plugins) != (label, plugins):
+                metrics = DnsMetrics(label, plugins=plugins)  # else the counters go on, as CoreDNS's do
+            metrics.reload_digest = config.conf_digest if config.reload > 0 else ""
+            following = await _run(config, flags, source, stop, metrics)
             if following is None:
                 return 0
             _say(f"reloading {config.conf}")
@@ -261,11 +266,11 @@ async def _serve(config: DnsConfig, flags: DnsConfig) -> int:
             await source.close()
 
 
-async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: asyncio.Event) -> DnsConfig | None:
+async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: asyncio.Event,
+               metrics: DnsMetrics) -> DnsConfig | None:
     """One configuration's server until SIGTERM (None: after the lameduck) or a new Corefile (returned)."""
     options, http = _options(config), _http_addresses(config)
     listen = parse_address(config.listen)
-    metrics = DnsMetrics(_server_label(listen), plugins=PLUGINS + (("log",) if config.log_queries else ()))
     cache = ForwardCache(metrics, max_ttl=max(0, config.cache_ttl), min_ttl=config.cache_min_ttl,
                          capacity=config.cache_size if config.cache_ttl > 0 else 0,
                          servfail_ttl=config.cache_servfail)
@@ -286,7 +291,7 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
                 runners.append(await serve(apps[flag](), address, flag))
         reloads: asyncio.Queue[DnsConfig] = asyncio.Queue(1)
         if config.conf and config.reload > 0:
-            tasks.append(asyncio.create_task(_watch(config, flags, reloads)))
+            tasks.append(asyncio.create_task(_watch(config, flags, reloads, metrics)))
         if not await source.first_sync(stop):
             return None
         view = await _install(server, source.store, options)
@@ -358,7 +363,7 @@ async def _lameduck(seconds: float, draining: asyncio.Event) -> None:
         await asyncio.sleep(seconds)
 
 
-async def _watch(config: DnsConfig, flags: DnsConfig, reloads: asyncio.Queue[DnsConfig]) -> None:
+async def _watch(config: DnsConfig, flags: DnsConfig, reloads: asyncio.Queue[DnsConfig], metrics: DnsMetrics) -> None:
     """CoreDNS's `reload`: read the Corefile every interval (± jitter); a new one that reads well is put
     in `reloads`; one that does not is logged (once per change) and the old configuration stays."""
     digest = config.conf_digest
@@ -377,7 +382,7 @@ async def _watch(config: DnsConfig, flags: DnsConfig, reloads: asyncio.Queue[Dns
         try:
             following = await asyncio.to_thread(load, config.conf, flags)
         except NetkitError as exc:
-            RELOAD_FAILURES[0] += 1
+            metrics.reload_failed += 1  # coredns_reload_failed_total
             _say(f"[ERROR] plugin/reload: Corefile changed but reload failed: {exc}; keeping the running one")
             continue
         if following == config:

@@ -94,6 +94,9 @@ COREDNS_METRICS: tuple[Spec, ...] = (
          "Counter of connection cache hits per upstream and protocol."),
     Spec("coredns_proxy_conn_cache_misses_total", "counter", ("proxy_name", "to", "proto"),
          "Counter of connection cache misses per upstream and protocol."),
+    Spec("coredns_reload_failed_total", "counter", (), "Counter of the number of failed reload attempts."),
+    Spec("coredns_reload_version_info", "gauge", ("hash", "value"),
+         "A metric with a constant '1' value labeled by hash, and value which type of hash generated."),
 )
 SPECS = {s.name: s for s in COREDNS_METRICS}
 
@@ -178,6 +181,8 @@ class DnsMetrics:
         self.proxy = ProxyCounters()
         self.cache = CacheCounters()
         self.cache_entries: Callable[[], tuple[int, int]] = lambda: (0, 0)  # (success, denial)
+        self.reload_failed = 0
+        self.reload_digest = ""  # the SHA-512 of the Corefile running, with `reload`
 
     def kind(self, kind: Kind) -> int:
         n = self._numbers.get(kind)
@@ -237,6 +242,13 @@ class DnsMetrics:
         m = self._family("coredns_plugin_enabled")
         for name in self.plugins:
             m.add_metric([self.server, self.zone, "", name], 1)
+        yield m
+        m = self._family("coredns_reload_failed_total")
+        m.add_metric([], self.reload_failed)
+        yield m
+        m = self._family("coredns_reload_version_info")
+        if self.reload_digest:
+            m.add_metric(["sha512", self.reload_digest], 1)
         yield m
 
     def _dns(self) -> Iterator[Metric]:

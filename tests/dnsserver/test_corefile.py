@@ -19,7 +19,9 @@ import dns.message
 import dns.query
 import dns.rcode
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from netkit.dns.config import corefile_digest
 from tests.conftest import EXAMPLES, ROOT
 from tests.dnsserver.conftest import free_port
 
@@ -74,6 +76,13 @@ class Served:
         except OSError:
             return None
 
+    def metric(self, port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """The samples of one metric family: labels → value."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return {tuple(sorted(s.labels.items())): s.value for f in text_string_to_metric_families(text)
+                for s in f.samples if s.name == name}
+
     def said(self, text: str) -> bool:
         return any(text in line for line in self.lines)
 
@@ -125,23 +134,34 @@ def ttl_of(reply: dns.message.Message | None) -> int | None:
 
 def test_reload_follows_the_configmap_swap_and_keeps_the_old_config_on_errors(
         tmp_path: Path, serve: Callable[[Path, int, int], Served]) -> None:
-    port, ready = free_port(), free_port()
-    configmap_volume(tmp_path, corefile(port, ready, ttl=30, extra="reload 2s 1s"), 1)
+    port, ready, metrics = free_port(), free_port(), free_port()
+    extra = f"reload 2s 1s\n    prometheus 127.0.0.1:{metrics}"
+    first = corefile(port, ready, ttl=30, extra=extra)
+    configmap_volume(tmp_path, first, 1)
     served = serve(tmp_path / "Corefile", port, ready)
     wait_for(lambda: ttl_of(served.ask()) == 30, served)
+    assert served.metric(metrics, "coredns_reload_version_info") == {
+        (("hash", "sha512"), ("value", corefile_digest(first))): 1.0}
 
-    configmap_volume(tmp_path, corefile(port, ready, ttl=7, extra="reload 2s 1s"), 2)
+    second = corefile(port, ready, ttl=7, extra=extra)
+    configmap_volume(tmp_path, second, 2)
     wait_for(lambda: ttl_of(served.ask()) == 7, served)
     assert served.said("reloading")
+    assert served.metric(metrics, "coredns_reload_version_info") == {
+        (("hash", "sha512"), ("value", corefile_digest(second))): 1.0}
+    requests = sum(served.metric(metrics, "coredns_dns_requests_total").values())
 
-    configmap_volume(tmp_path, corefile(port, ready, ttl=9, extra="reload 2s 1s\n    hosts /etc/hosts"), 3)
+    configmap_volume(tmp_path, corefile(port, ready, ttl=9, extra=extra + "\n    hosts /etc/hosts"), 3)
     wait_for(lambda: served.said("reload failed"), served)
     assert any("hosts: not supported by netkit" in line for line in served.lines)
     assert ttl_of(served.ask()) == 7  # the running configuration keeps serving
     assert served.ready_status() == 200
+    assert served.metric(metrics, "coredns_reload_failed_total") == {(): 1.0}
 
-    configmap_volume(tmp_path, corefile(port, ready, ttl=11, extra="reload 2s 1s"), 4)
+    configmap_volume(tmp_path, corefile(port, ready, ttl=11, extra=extra), 4)
     wait_for(lambda: ttl_of(served.ask()) == 11, served)
+    assert served.metric(metrics, "coredns_reload_failed_total") == {(): 1.0}  # counters go on over a reload
+    assert sum(served.metric(metrics, "coredns_dns_requests_total").values()) > requests
 
 
 def test_lameduck_answers_while_ready_says_no_then_exits_0(

@@ -40,6 +40,8 @@ COREDNS = {
     "coredns_proxy_healthcheck_failures_total": ("counter", {"proxy_name", "to"}),
     "coredns_proxy_conn_cache_hits_total": ("counter", {"proxy_name", "to", "proto"}),
     "coredns_proxy_conn_cache_misses_total": ("counter", {"proxy_name", "to", "proto"}),
+    "coredns_reload_failed_total": ("counter", set()),  # plugin/reload/metrics.go
+    "coredns_reload_version_info": ("gauge", {"hash", "value"}),
 }
 TIME_BUCKETS_COREDNS = [0.00025 * 2**i for i in range(16)]  # prometheus.ExponentialBuckets(0.00025, 2, 16)
 
