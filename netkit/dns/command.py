@@ -53,7 +53,7 @@ from netkit.dns.upstream import (
     resolv_conf_upstreams,
 )
 from netkit.dns.view import MAX_TTL as MAX_RECORD_TTL
-from netkit.dns.view import Options, PodMode, build
+from netkit.dns.view import Options, PodMode, View, build
 from netkit.errors import NetkitError, listening
 from netkit.model.types import IPAddress
 from netkit.sources.store import Store
@@ -241,34 +241,53 @@ def _source_key(config: DnsConfig) -> tuple[Any, ...]:
 
 async def _serve(config: DnsConfig, flags: DnsConfig) -> int:
     """Serve `config`; with `reload`, a changed Corefile that reads well replaces it (the source stays
-    when the new one watches the same), one that does not is logged and the old one keeps serving."""
+    when the new one watches the same, and the new server starts with a view built beforehand, so
+    the zone's names are answered throughout), one that does not is logged and the old one keeps
+    serving; so is one that cannot start (a port in use): the old one starts again."""
     stop = _stop_event()
     source: _Source | None = None
     metrics: DnsMetrics | None = None
+    running: DnsConfig | None = None  # the configuration a reload replaces, until the new one starts
+    view: View | None = None
     try:
         while True:
             if source is None or source.key != _source_key(config):
                 if source is not None:
                     await source.close()
-                source = _Source(config)
+                source, view = _Source(config), None
             label = _server_label(parse_address(config.listen))
             plugins = PLUGINS + (("log",) if config.log_queries else ())
             if metrics is None or (metrics.server, metrics.plugins) != (label, plugins):
+                failed = metrics.reload_failed if metrics is not None else 0
                 metrics = DnsMetrics(label, plugins=plugins)  # else the counters go on, as CoreDNS's do
+                metrics.reload_failed = failed
             metrics.reload_digest = config.conf_digest if config.reload > 0 else ""
-            following = await _run(config, flags, source, stop, metrics)
-            if following is None:
+            try:
+                outcome = await _run(config, flags, source, stop, metrics, view)
+            except _CannotStart as exc:
+                if running is None:
+                    raise NetkitError(str(exc)) from None
+                metrics.reload_failed += 1
+                _say(f"[ERROR] plugin/reload: {exc}; starting the previous Corefile again")
+                config, running, view = running, None, None
+                continue
+            if outcome is None:
                 return 0
             _say(f"reloading {config.conf}")
-            config = following
+            running, (config, view) = config, outcome
     finally:
         if source is not None:
             await source.close()
 
 
-async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: asyncio.Event,
-               metrics: DnsMetrics) -> DnsConfig | None:
-    """One configuration's server until SIGTERM (None: after the lameduck) or a new Corefile (returned)."""
+class _CannotStart(NetkitError):
+    """The server's sockets cannot be opened (a port in use, an address not on this host)."""
+
+
+async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: asyncio.Event, metrics: DnsMetrics,
+               view: View | None) -> tuple[DnsConfig, View | None] | None:
+    """One configuration's server until SIGTERM (None: after the lameduck) or a new Corefile (returned
+    with its view when the source stays). `view`: already built for this configuration."""
     options, http = _options(config), _http_addresses(config)
     listen = parse_address(config.listen)
     cache = ForwardCache(metrics, max_ttl=max(0, config.cache_ttl), min_ttl=config.cache_min_ttl,
@@ -277,8 +296,13 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
     server = DnsServer(Engine(options, metrics=metrics), listen, _router(config, metrics),
                        tcp_idle=config.tcp_idle_timeout, max_tcp=max(1, config.tcp_max_connections), cache=cache,
                        query_log=_print if config.log_queries else None)
-    with listening("--listen", str(listen)):  # in use, not on this host: one line (netkit.errors)
-        addr = await server.start()  # SERVFAIL until the first complete view below
+    try:
+        with listening("--listen", str(listen)):  # in use, not on this host: one line (netkit.errors)
+            addr = await server.start()  # SERVFAIL until the first complete view below
+    except (NetkitError, OSError) as exc:
+        raise _CannotStart(str(exc)) from None
+    if view is not None:
+        server.set_view(view)
     runners: list[web.AppRunner] = []
     tasks: list[asyncio.Task[Any]] = []
     draining = asyncio.Event()
@@ -288,13 +312,17 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
             "--ready-listen": lambda: ready_app(lambda: server.engine.view is not None and not draining.is_set())}
         for flag, address in http.items():
             if address is not None:
-                runners.append(await serve(apps[flag](), address, flag))
+                try:
+                    runners.append(await serve(apps[flag](), address, flag))
+                except NetkitError as exc:
+                    raise _CannotStart(str(exc)) from None
         reloads: asyncio.Queue[DnsConfig] = asyncio.Queue(1)
         if config.conf and config.reload > 0:
             tasks.append(asyncio.create_task(_watch(config, flags, reloads, metrics)))
         if not await source.first_sync(stop):
             return None
-        view = await _install(server, source.store, options)
+        if view is None:
+            view = await _install(server, source.store, options)
         _say(f"serving {name_to_text(options.zone)} on {addr} (UDP and TCP), "
              f"{len(view.services)} services, upstreams: {', '.join(map(str, server.forwarder.usable)) or 'none'}")
         if config.loop_check:
@@ -307,7 +335,11 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
                 return None
             if event == "reload":
                 following: DnsConfig = value
-                return following
+                if _source_key(following) != source.key:
+                    return following, None
+                source.store.take_changes()
+                ahead = await asyncio.to_thread(build, source.store.objects(), _options(following), int(time.time()))
+                return following, ahead
             started = time.monotonic()
             _report(source.store)
             await _install(server, source.store, options)

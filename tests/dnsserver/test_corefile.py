@@ -1,11 +1,13 @@
 """`netkit dns --conf COREFILE` over real sockets: the Corefile's `reload` follows a ConfigMap volume's
-`..data` symlink swap (and keeps the running configuration when the new Corefile is invalid), and
+`..data` symlink swap (and keeps the running configuration when the new Corefile is invalid or cannot
+start), with CoreDNS's reload metrics, and
 `health { lameduck }` keeps answering after SIGTERM while /ready stops answering 200, then exits 0."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -61,9 +63,9 @@ class Served:
         for line in self.proc.stderr:
             self.lines.append(line)
 
-    def ask(self, name: str = WEB) -> dns.message.Message | None:
+    def ask(self, name: str = WEB, qtype: str = "A") -> dns.message.Message | None:
         try:
-            return dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=self.port, timeout=1)
+            return dns.query.udp(dns.message.make_query(name, qtype), "127.0.0.1", port=self.port, timeout=1)
         except (dns.exception.Timeout, OSError):
             return None
 
@@ -142,14 +144,34 @@ def test_reload_follows_the_configmap_swap_and_keeps_the_old_config_on_errors(
     wait_for(lambda: ttl_of(served.ask()) == 30, served)
     assert served.metric(metrics, "coredns_reload_version_info") == {
         (("hash", "sha512"), ("value", corefile_digest(first))): 1.0}
+    assert served.ask(WEB, "TXT") is not None  # counted once, before the reload
+
+    def txt_requests() -> float:
+        return sum(v for k, v in served.metric(metrics, "coredns_dns_requests_total").items() if ("type", "TXT") in k)
+    assert txt_requests() == 1
 
     second = corefile(port, ready, ttl=7, extra=extra)
+    rcodes: list[int] = []
+    done = threading.Event()
+
+    def keep_asking() -> None:  # through the reload: the cluster's names never get SERVFAIL
+        while not done.is_set():
+            reply = served.ask()
+            if reply is not None:
+                rcodes.append(reply.rcode())
+            time.sleep(0.01)
+
+    asking = threading.Thread(target=keep_asking, daemon=True)
+    asking.start()
     configmap_volume(tmp_path, second, 2)
     wait_for(lambda: ttl_of(served.ask()) == 7, served)
+    done.set()
+    asking.join(10)
+    assert rcodes and set(rcodes) == {dns.rcode.NOERROR}
     assert served.said("reloading")
     assert served.metric(metrics, "coredns_reload_version_info") == {
         (("hash", "sha512"), ("value", corefile_digest(second))): 1.0}
-    requests = sum(served.metric(metrics, "coredns_dns_requests_total").values())
+    assert txt_requests() == 1  # the counters go on over a reload, as CoreDNS's do
 
     configmap_volume(tmp_path, corefile(port, ready, ttl=9, extra=extra + "\n    hosts /etc/hosts"), 3)
     wait_for(lambda: served.said("reload failed"), served)
@@ -158,10 +180,17 @@ def test_reload_follows_the_configmap_swap_and_keeps_the_old_config_on_errors(
     assert served.ready_status() == 200
     assert served.metric(metrics, "coredns_reload_failed_total") == {(): 1.0}
 
-    configmap_volume(tmp_path, corefile(port, ready, ttl=11, extra=extra), 4)
+    with socket.socket() as busy:  # a Corefile that reads well but cannot start: the old one starts again
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        configmap_volume(tmp_path, corefile(busy.getsockname()[1], ready, ttl=5, extra=extra), 4)
+        wait_for(lambda: served.said("starting the previous Corefile again"), served)
+        wait_for(lambda: ttl_of(served.ask()) == 7, served)
+    assert served.metric(metrics, "coredns_reload_failed_total") == {(): 2.0}
+
+    configmap_volume(tmp_path, corefile(port, ready, ttl=11, extra=extra), 5)
     wait_for(lambda: ttl_of(served.ask()) == 11, served)
-    assert served.metric(metrics, "coredns_reload_failed_total") == {(): 1.0}  # counters go on over a reload
-    assert sum(served.metric(metrics, "coredns_dns_requests_total").values()) > requests
+    assert served.metric(metrics, "coredns_reload_failed_total") == {(): 2.0}
 
 
 def test_lameduck_answers_while_ready_says_no_then_exits_0(
