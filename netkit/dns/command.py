@@ -31,6 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
+from netkit.cli.filters import parse_selector
 from netkit.dns.cache import CAPACITY, MAX_TTL, SERVFAIL_TTL, ForwardCache
 from netkit.dns.config import DnsConfig, corefile_digest, flags_config, load
 from netkit.dns.corefile import read_file
@@ -38,6 +39,7 @@ from netkit.dns.endpoints import health_app, metrics_app, parse_http_address, re
 from netkit.dns.engine import Engine
 from netkit.dns.metrics import DnsMetrics
 from netkit.dns.names import Name, name_from_text, name_to_text
+from netkit.dns.scope import scoped
 from netkit.dns.server import DnsServer
 from netkit.dns.upstream import (
     DEFAULT_TIMEOUT,
@@ -55,6 +57,7 @@ from netkit.dns.upstream import (
 from netkit.dns.view import MAX_TTL as MAX_RECORD_TTL
 from netkit.dns.view import Options, PodMode, View, build
 from netkit.errors import NetkitError, listening
+from netkit.model import Objects
 from netkit.model.types import IPAddress
 from netkit.sources.store import Store
 
@@ -322,7 +325,7 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
         if not await source.first_sync(stop):
             return None
         if view is None:
-            view = await _install(server, source.store, options)
+            view = await _install(server, source.store, config)
         _say(f"serving {name_to_text(options.zone)} on {addr} (UDP and TCP), "
              f"{len(view.services)} services, upstreams: {', '.join(map(str, server.forwarder.usable)) or 'none'}")
         if config.loop_check:
@@ -338,11 +341,11 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
                 if _source_key(following) != source.key:
                     return following, None
                 source.store.take_changes()
-                ahead = await asyncio.to_thread(build, source.store.objects(), _options(following), int(time.time()))
+                ahead = await asyncio.to_thread(_build, source.store.objects(), following)
                 return following, ahead
             started = time.monotonic()
             _report(source.store)
-            await _install(server, source.store, options)
+            await _install(server, source.store, config)
             # Changes that arrive meanwhile coalesce into the next view (a view of 10,000 services
             # takes ~0.1 s to build), so a churning cluster costs DNS at most a fraction of its time.
             await asyncio.sleep(max(0.0, REBUILD_INTERVAL - (time.monotonic() - started)))
@@ -355,13 +358,20 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
         await server.close()
 
 
-async def _install(server: DnsServer, store: Store, options: Options) -> Any:
+async def _install(server: DnsServer, store: Store, config: DnsConfig) -> View:
     """Build the view from the store's snapshot on a worker thread (the loop keeps answering), then
     swap it in."""
     store.take_changes()
-    view = await asyncio.to_thread(build, store.objects(), options, int(time.time()))
+    view = await asyncio.to_thread(_build, store.objects(), config)
     server.set_view(view)
     return view
+
+
+def _build(objects: Objects, config: DnsConfig) -> View:
+    """The view of what the configuration exposes (the kubernetes plugin's namespaces, labels, noendpoints)."""
+    shown = scoped(objects, frozenset(config.namespaces), parse_selector(config.labels) if config.labels else (),
+                   endpoints=not config.noendpoints)
+    return build(shown, _options(config), int(time.time()))
 
 
 def _stop_event() -> asyncio.Event:

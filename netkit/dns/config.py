@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields, replace
 from ipaddress import ip_address
 from typing import Any
 
+from netkit.cli.filters import parse_selector
 from netkit.config import parse_duration
 from netkit.dns.cache import CAPACITY, MAX_SERVFAIL_TTL, MAX_TTL, MIN_TTL, SERVFAIL_TTL
 from netkit.dns.corefile import CorefileError, Directive, ServerBlock, Token, parse, read_file
@@ -61,6 +62,9 @@ class DnsConfig:
     lameduck: float = 0.0
     reload: float = 0.0  # seconds between checks of the Corefile; 0: never
     reload_jitter: float = 0.0
+    namespaces: tuple[str, ...] = ()  # kubernetes `namespaces`: only these (empty: all)
+    labels: str = ""  # kubernetes `labels`: a label selector for Services and EndpointSlices
+    noendpoints: bool = False  # kubernetes `noendpoints`
     conf: str = ""  # the Corefile this came from
     conf_digest: str = ""  # its SHA-512, for reload
     # TCP and the event loop (flags only)
@@ -75,7 +79,8 @@ FLAGS_ONLY = ("files", "upstream_timeout", "tcp_idle_timeout", "tcp_max_connecti
 # kubernetes plugin names no kubeconfig or endpoint) and the file read for /etc/resolv.conf.
 STAND_INS = ("kubeconfig", "master", "context", "resolv_conf")
 POD_RESOLV_CONF = "/etc/resolv.conf"
-FROM_COREFILE_ONLY = ("reload", "reload_jitter", "conf", "conf_digest", "loop_check")
+FROM_COREFILE_ONLY = ("reload", "reload_jitter", "conf", "conf_digest", "loop_check", "namespaces", "labels",
+                      "noendpoints")
 
 
 def flag_of(field: str) -> str:
@@ -176,11 +181,11 @@ COMPATIBILITY: tuple[Support, ...] = (
     Support("kubernetes", "ttl", "ttl", "5"),
     Support("kubernetes", "fallthrough", "", "none", note="in-addr.arpa and ip6.arpa: names netkit does not "
             "know go to forward"),
-    Support("kubernetes", "namespaces", "", "all", _NO),
-    Support("kubernetes", "labels", "", "all", _NO),
+    Support("kubernetes", "namespaces", "namespaces", "all"),
+    Support("kubernetes", "labels", "labels", "all"),
     Support("kubernetes", "namespace_labels", "", "all", _NO),
     Support("kubernetes", "endpoint_pod_names", "", "off", _NO),
-    Support("kubernetes", "noendpoints", "", "off", _NO),
+    Support("kubernetes", "noendpoints", "noendpoints", "off"),
     Support("kubernetes", "tls", "", "none", _NO),
     Support("kubernetes", "ignore", "", "none", _NO),
     Support("kubernetes", "multicluster", "", "none", _NO),
@@ -330,6 +335,22 @@ class _Builder:
                     raise _fail(opt.name, "kubernetes", "kubeconfig", "expected FILE [CONTEXT]")
                 self.out["kubeconfig"] = opt.args[0].text
                 self.out["context"] = opt.args[1].text if len(opt.args) == 2 else ""
+            elif option == "namespaces":
+                if not opt.args:
+                    raise _fail(opt.name, "kubernetes", "namespaces", "expected at least one namespace")
+                self.out["namespaces"] = tuple(t.text for t in opt.args)
+            elif option == "labels":
+                text = " ".join(t.text for t in opt.args)
+                try:
+                    if not opt.args or not parse_selector(text):
+                        raise NetkitError("an empty selector")
+                except NetkitError:
+                    raise _fail(opt.args[0] if opt.args else opt.name, "kubernetes", "labels",
+                                f"unable to parse label selector {text!r}") from None
+                self.out["labels"] = text
+            elif option == "noendpoints":
+                _no_args(opt, "kubernetes", "noendpoints")
+                self.out["noendpoints"] = True
             elif option == "fallthrough":
                 falls = [_zone(t, "kubernetes") for t in opt.args]
                 if not falls or any(z not in _REVERSE for z in falls):

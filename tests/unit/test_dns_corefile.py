@@ -337,3 +337,54 @@ def test_the_lab_cluster_dns_pods_read_deploy_dns_corefile(tmp_path: Path) -> No
     assert (c.resolv_conf, c.kubeconfig, c.upstream_timeout) == (
         str(tmp_path / "dns" / "resolv.conf"), str(tmp_path / "dns" / deploy.KUBECONFIG_FILE), 0.5)
     assert (c.zone, c.ttl, c.pods, c.max_concurrent, c.ready_listen) == ("cluster.local", 30, "insecure", 1000, ":8181")
+
+
+# --- kubernetes: namespaces, labels, noendpoints (what the view is built from) ---------------------
+
+
+def _resolved(options: tuple[str, ...], name: str, qtype: str = "A") -> tuple[str, int]:
+    """The rcode and answer count for `name` from a view built as `netkit dns --conf` builds it."""
+    from netkit.dns.command import _build
+    from netkit.dns.names import name_from_text
+    from netkit.dns.resolver import resolve
+    from netkit.dns.wire import RType
+    from tests.unit.dns_cluster import objects
+    body = "".join(f"        {o}\n" for o in options)
+    c = config(f".:53 {{\n    kubernetes cluster.local {{\n        pods insecure\n{body}    }}\n}}\n")
+    view = _build(objects(), c)
+    reply = resolve(view, view.options, name_from_text(name), RType[qtype])
+    return reply.rcode.name, len(reply.answer)
+
+
+@pytest.mark.parametrize(("options", "name", "expected"), [
+    ((), "web.default.svc.cluster.local.", ("NOERROR", 1)),
+    ((), "sticky.shop.svc.cluster.local.", ("NOERROR", 1)),
+    # namespaces: "only expose the Kubernetes namespaces listed"
+    (("namespaces default",), "web.default.svc.cluster.local.", ("NOERROR", 1)),
+    (("namespaces default",), "sticky.shop.svc.cluster.local.", ("NXDOMAIN", 0)),
+    (("namespaces default",), "shop.svc.cluster.local.", ("NXDOMAIN", 0)),
+    (("namespaces default",), "10-244-1-5.shop.pod.cluster.local.", ("NXDOMAIN", 0)),
+    (("namespaces default shop",), "sticky.shop.svc.cluster.local.", ("NOERROR", 1)),
+    # labels: "only exposes the records for Kubernetes objects that match this label selector"
+    (("labels app=web",), "web.default.svc.cluster.local.", ("NOERROR", 1)),
+    (("labels app=web",), "db.default.svc.cluster.local.", ("NXDOMAIN", 0)),
+    (("labels app!=web",), "web.default.svc.cluster.local.", ("NXDOMAIN", 0)),
+    # noendpoints: "all endpoint queries and headless service queries will result in an NXDOMAIN"
+    ((), "db.default.svc.cluster.local.", ("NOERROR", 2)),
+    ((), "db-0.db.default.svc.cluster.local.", ("NOERROR", 1)),
+    (("noendpoints",), "db.default.svc.cluster.local.", ("NXDOMAIN", 0)),
+    (("noendpoints",), "db-0.db.default.svc.cluster.local.", ("NXDOMAIN", 0)),
+    (("noendpoints",), "web.default.svc.cluster.local.", ("NOERROR", 1)),
+])
+def test_what_the_kubernetes_plugin_exposes(options: tuple[str, ...], name: str, expected: tuple[str, int]) -> None:
+    assert _resolved(options, name) == expected
+
+
+def test_exposure_options_are_read_and_checked() -> None:
+    c = config(".:53 {\n kubernetes cluster.local {\n  namespaces a b\n  labels app in (x, y),tier\n"
+               "  noendpoints\n }\n}\n")
+    assert (c.namespaces, c.labels, c.noendpoints) == (("a", "b"), "app in (x, y),tier", True)
+    assert refused(".:53 {\n kubernetes cluster.local {\n  labels app=(\n }\n}\n") == \
+        "Corefile:3:10: kubernetes: labels: unable to parse label selector 'app=('"
+    assert refused(".:53 {\n kubernetes cluster.local {\n  namespaces\n }\n}\n") == \
+        "Corefile:3:3: kubernetes: namespaces: expected at least one namespace"
