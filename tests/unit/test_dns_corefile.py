@@ -346,8 +346,7 @@ def _resolved(options: tuple[str, ...], name: str, qtype: str = "A") -> tuple[st
     """The rcode and answer count for `name` from a view built as `netkit dns --conf` builds it."""
     from netkit.dns.command import _build
     from netkit.dns.names import name_from_text
-    from netkit.dns.resolver import resolve
-    from netkit.dns.wire import RType
+    from netkit.dns.resolver import RType, resolve
     from tests.unit.dns_cluster import objects
     body = "".join(f"        {o}\n" for o in options)
     c = config(f".:53 {{\n    kubernetes cluster.local {{\n        pods insecure\n{body}    }}\n}}\n")
