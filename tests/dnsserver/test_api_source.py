@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import dns.exception
@@ -233,3 +234,41 @@ def test_dig_resolves_over_udp_and_tcp(synced: tuple[Api, NetkitDns]) -> None:
         out = subprocess.run([dig, "@127.0.0.1", "-p", str(server.port), transport, "+short", "+tries=1", "+time=2",
                               f"web.default{Z}"], capture_output=True, text=True, timeout=10).stdout
         assert out.split() == ["10.96.0.10"], transport
+
+
+def test_a_corefile_names_the_api_with_the_kubernetes_plugins_endpoint(tmp_path: Path) -> None:
+    """`kubernetes … { endpoint URL }` in a Corefile: the same watches as --master, and the zone,
+    TTL and `namespaces` the Corefile says."""
+    api = Api()
+    api.start()
+    port, ready = free_port(), free_port()
+    conf = tmp_path / "Corefile"
+    conf.write_text(f""".:{port} {{
+    bind 127.0.0.1
+    ready 127.0.0.1:{ready}
+    kubernetes k8s.test {{
+        endpoint {api.url}
+        ttl 17
+        namespaces default
+    }}
+}}
+""")
+    api.create(service("web", "10.96.0.10"))
+    api.create(service("hidden", "10.96.0.11", ns="kube-system"))
+    proc = subprocess.Popen([sys.executable, "-m", "netkit", "dns", "--conf", str(conf)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ask(name: str) -> dns.message.Message:
+        return dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=1)
+
+    try:
+        wait_for(lambda: ask("web.default.svc.k8s.test.").rcode() == dns.rcode.NOERROR, timeout=60)
+        assert ask("web.default.svc.k8s.test.").answer[0].ttl == 17
+        assert ask("hidden.kube-system.svc.k8s.test.").rcode() == dns.rcode.NXDOMAIN
+        api.create(service("late", "10.96.0.12"))
+        wait_for(lambda: ask("late.default.svc.k8s.test.").rcode() == dns.rcode.NOERROR, timeout=CHANGE_TIMEOUT)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+        api.close()
+    assert proc.returncode == 0, err
