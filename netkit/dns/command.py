@@ -155,7 +155,7 @@ def _options(config: DnsConfig) -> Options:
 
 def _local_ips(listen: str) -> tuple[IPAddress, ...]:
     """The server's own addresses, for the apex NS (CoreDNS's nsAddrs): the listening address when it
-    is one, and POD_IP (set from the downward API by deploy/dns)."""
+    is one, and POD_IP when the pod's spec sets it from the downward API)."""
     found = [os.environ.get("POD_IP", "")]
     with contextlib.suppress(ValueError, NetkitError):
         found.append(parse_address(listen).host)
