@@ -33,7 +33,7 @@ from aiohttp import web
 
 from netkit.cli.filters import parse_selector
 from netkit.dns.cache import CAPACITY, MAX_TTL, SERVFAIL_TTL, ForwardCache
-from netkit.dns.config import DnsConfig, corefile_digest, flags_config, load
+from netkit.dns.config import DnsConfig, corefile_digest, flags_config, load, plugins_enabled
 from netkit.dns.corefile import read_file
 from netkit.dns.endpoints import health_app, metrics_app, parse_http_address, ready_app, serve
 from netkit.dns.engine import Engine
@@ -63,7 +63,6 @@ from netkit.sources.store import Store
 
 _REPORTED: set[str] = set()  # invalid objects already reported
 REBUILD_INTERVAL = 0.2  # seconds between the starts of two view builds at most
-PLUGINS = ("cache", "errors", "forward", "health", "kubernetes", "loop", "prometheus", "ready")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -259,7 +258,7 @@ async def _serve(config: DnsConfig, flags: DnsConfig) -> int:
                     await source.close()
                 source, view = _Source(config), None
             label = _server_label(parse_address(config.listen))
-            plugins = PLUGINS + (("log",) if config.log_queries else ())
+            plugins = plugins_enabled(config)
             if metrics is None or (metrics.server, metrics.plugins) != (label, plugins):
                 failed = metrics.reload_failed if metrics is not None else 0
                 metrics = DnsMetrics(label, plugins=plugins)  # else the counters go on, as CoreDNS's do

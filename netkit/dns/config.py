@@ -226,7 +226,16 @@ COMPATIBILITY: tuple[Support, ...] = (
     Support("autopath", "", "", "", _NO),
 )
 _TABLE = {(s.plugin, s.option): s for s in COMPATIBILITY}
-PLUGINS = tuple(dict.fromkeys(s.plugin for s in COMPATIBILITY))
+
+
+def plugins_enabled(config: DnsConfig) -> tuple[str, ...]:
+    """The CoreDNS plugins a configuration amounts to (coredns_plugin_enabled), sorted."""
+    on = {"errors": True, "kubernetes": True, "health": bool(config.health_listen),
+          "ready": bool(config.ready_listen), "prometheus": bool(config.metrics_listen),
+          "forward": bool(config.upstreams or config.resolv_conf), "cache": config.cache_ttl > 0,
+          "loop": config.loop_check, "reload": config.reload > 0, "loadbalance": config.loadbalance,
+          "log": config.log_queries}
+    return tuple(sorted(name for name, yes in on.items() if yes))
 
 # What a Corefile's absence of a plugin means (the plugin is off), as opposed to the flags' defaults.
 _COREFILE_BASE = {

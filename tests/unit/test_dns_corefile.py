@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from netkit.dns.config import COMPATIBILITY, DEFAULTS, DnsConfig, from_corefile, load
+from netkit.dns.config import COMPATIBILITY, DEFAULTS, DnsConfig, from_corefile, load, plugins_enabled
 from netkit.dns.corefile import CorefileError, lex, parse
 from netkit.errors import NetkitError
 from tests.conftest import ROOT
@@ -141,6 +141,12 @@ def test_kubeadms_corefile_is_the_flags_defaults(text: str) -> None:
               if getattr(c, f.name) != getattr(DEFAULTS, f.name)}
     assert differ == {"listen": "0.0.0.0:53", "lameduck": 5.0, "reload": 30.0, "reload_jitter": 15.0,
                       "conf": "Corefile"}
+
+
+def test_the_plugins_enabled_are_the_corefiles() -> None:
+    assert plugins_enabled(config(KUBEADM)) == ("cache", "errors", "forward", "health", "kubernetes", "loadbalance",
+                                                "loop", "prometheus", "ready", "reload")
+    assert plugins_enabled(config(block("log"))) == ("errors", "kubernetes", "log")
 
 
 def test_the_flags_and_the_corefile_cannot_both_say_it(tmp_path: Path) -> None:
