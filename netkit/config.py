@@ -273,7 +273,7 @@ KPC_FIELDS: tuple[FieldSpec, ...] = (
     _f("conntrack.tcpCloseWaitTimeout", K.DURATION, "1h0m0s", U,
        "nf_conntrack_tcp_timeout_close_wait with --apply-sysctls"),
     _f("conntrack.tcpBeLiberal", K.BOOL, "false", U,
-       "no INVALID drop rule; nf_conntrack_tcp_be_liberal=1 with --apply-sysctls"),
+       "iptables, ipvs: no INVALID drop rule; nf_conntrack_tcp_be_liberal=1 with --apply-sysctls"),
     _f("conntrack.udpTimeout", K.DURATION, "0s", U, "nf_conntrack_udp_timeout with --apply-sysctls (0: leave)"),
     _f("conntrack.udpStreamTimeout", K.DURATION, "0s", U,
        "nf_conntrack_udp_timeout_stream with --apply-sysctls (0: leave)"),

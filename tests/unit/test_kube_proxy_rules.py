@@ -152,15 +152,22 @@ def test_nodeport_addresses_primary_is_the_first_node_ip_of_the_family() -> None
 
 
 def test_tcp_be_liberal_drops_the_invalid_drop_rule() -> None:
-    """kube-proxy's TestDropInvalidRule; nftables: `ct state invalid drop` in the forward path."""
+    """kube-proxy's TestDropInvalidRule (iptables mode)."""
     assert _iptables(IPFamily.IPV4).rules("filter", "KUBE-FORWARD")[0] == "-m conntrack --ctstate INVALID -j DROP"
     liberal = _iptables(IPFamily.IPV4, conntrack_tcp_be_liberal=True).rules("filter", "KUBE-FORWARD")
     assert not any("INVALID" in r for r in liberal)
+
+
+@pytest.mark.parametrize("liberal", [False, True])
+def test_nftables_mode_drops_no_invalid_packets(liberal: bool) -> None:
+    """kube-proxy's nftables mode installs no `ct state invalid drop` (kubernetes#122663), whatever
+    tcpBeLiberal says: nowhere in the table, not only not in filter-forward."""
     for family in IPFamily:
-        strict = _nft(family, mode="nftables").chain_map()["filter-forward"].rules
-        assert strict[0] == "ct state invalid drop"
-        loose = _nft(family, mode="nftables", conntrack_tcp_be_liberal=True).chain_map()["filter-forward"].rules
-        assert not any("invalid" in r for r in loose)
+        ruleset = _nft(family, mode="nftables", conntrack_tcp_be_liberal=liberal)
+        rules = [r for chain in ruleset.chain_map().values() for r in chain.rules]
+        assert rules and not any("invalid" in r for r in rules)
+        assert ruleset.chain_map()["filter-forward"].rules == (
+            "ct state new jump service-endpoints-check", "ct state new jump cluster-ips-check")
 
 
 def _nft(family: IPFamily, **changes: object) -> NftRuleset:

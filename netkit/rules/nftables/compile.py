@@ -292,10 +292,9 @@ def fixed_chains(ctx: Ctx, nodeport_set: bool) -> list[Chain]:
         to_node = f"{ip} daddr != {loopback} fib daddr type local"
     mark = cfg.masquerade_mark
     masquerade = "masquerade fully-random" if cfg.masquerade_random_fully else "masquerade"
-    # Forwarded packets conntrack finds INVALID (out of the TCP window) are dropped, as kube-proxy
-    # does, unless conntrack.tcpBeLiberal (nf_conntrack_tcp_be_liberal=1) marks only out-of-window
-    # resets INVALID (kubernetes#74839, #117924).
-    invalid_drop = () if cfg.conntrack_tcp_be_liberal else ("ct state invalid drop",)
+    # No `ct state invalid drop` in filter-forward, whatever tcpBeLiberal says: dropping what conntrack
+    # finds INVALID (kubernetes#74839) is kube-proxy's iptables and IPVS workaround; its nftables mode
+    # installs none since kubernetes#122663 and leaves the fix to nf_conntrack_tcp_be_liberal=1.
     return [
         Chain("nat-prerouting", (f"jump {n.SERVICES}",), Hook("nat", "prerouting", -100)),
         Chain("nat-output", (f"jump {n.SERVICES}",), Hook("nat", "output", -100)),
@@ -304,7 +303,7 @@ def fixed_chains(ctx: Ctx, nodeport_set: bool) -> list[Chain]:
         Chain("filter-output-pre-dnat", (f"{new} {n.FIREWALL_CHECK}",), Hook("filter", "output", -110)),
         Chain("filter-input", (f"{new} {n.NODEPORT_ENDPOINTS_CHECK}", f"{new} {n.SERVICE_ENDPOINTS_CHECK}",
                                f"tcp dport @{n.HEALTH_CHECK_NODEPORTS} accept"), Hook("filter", "input", 0)),
-        Chain("filter-forward", (*invalid_drop, f"{new} {n.SERVICE_ENDPOINTS_CHECK}", f"{new} {n.CLUSTER_IPS_CHECK}"),
+        Chain("filter-forward", (f"{new} {n.SERVICE_ENDPOINTS_CHECK}", f"{new} {n.CLUSTER_IPS_CHECK}"),
               Hook("filter", "forward", 0)),
         Chain("filter-output", (f"{new} {n.SERVICE_ENDPOINTS_CHECK}", f"{new} {n.CLUSTER_IPS_CHECK}"),
               Hook("filter", "output", 0)),
