@@ -13,17 +13,23 @@ memory of what it deleted before — so a cleanup lost to a restart or a crash i
   serving endpoint IP:port of that service port;
 - a service port with no serving endpoint is checked too, so all its flows go and the client's next
   datagram is rejected at once like a new one, instead of reaching a pod that is gone or no longer
-  serves (a deliberate difference: kube-proxy skips such ports and their flows linger until the
-  conntrack timeout);
+  serves (kube-proxy since kubernetes#139629; before it, such flows lingered);
 - an endpoint that is terminating but still serving keeps its flows (current kube-proxy; only an
   endpoint that stops serving or is removed loses them), and neither topology nor traffic policy
   matters: those decide where *new* flows go, like for TCP.
 
-Which ports to check (`ports_to_check`): every UDP port on the first sync after a start (the daemon
-also does so on its periodic full syncs), afterwards those whose serving endpoints or addresses
-changed. kube-proxy checks every UDP port on every sync;
-checking only the changed ones gives the same result (the table only gains stale entries when a
-port's endpoints or addresses change) at a cost that follows the change, not the cluster.
+- a frontend that went — its Service deleted, its port removed, its clusterIP, externalIP, load
+  balancer IP or nodePort changed — is checked with no serving endpoint, so every flow still sent to
+  it goes too (kube-proxy since kubernetes#141371; before it, a deleted UDP Service's flows stayed
+  as long as a client kept sending).
+
+What to check (`to_check`): every UDP port on the first sync after a start (the daemon also does so
+on its periodic full syncs), afterwards those whose serving endpoints or addresses changed
+(`ports_to_check`); on every sync after the first, also the frontends the previous state had that
+no port has now. kube-proxy checks every UDP port on every sync; checking only the changed ones
+gives the same result (the table only gains stale entries when a port's endpoints or addresses
+change, or a frontend goes) at a cost that follows the change, not the cluster. A Service deleted
+while the daemon was not running cannot be known afterwards: its flows time out (as kube-proxy's).
 
 Everything here is pure: the daemon's netlink edge (`netkit.runtime.conntrack`) lists and deletes.
 """
@@ -108,23 +114,42 @@ def stale(flows: Iterable[Flow], checked: Frontends) -> tuple[Flow, ...]:
     return tuple(out)
 
 
+def to_check(old: NodeState | None, new: NodeState, *, every_port: bool = False) -> Frontends:
+    """The frontends a sync from `old` to `new` asks to check: those of `ports_to_check` (of every UDP
+    port of `new` when `every_port` or `old` is None), and each frontend of `old` that no port of
+    `new` looked at has, with no serving endpoint (all its flows are stale)."""
+    ports = ports_to_check(None if every_port else old, new)
+    checked = frontends(ports)
+    if old is None:
+        return checked
+    went, came = _replaced(old, new)
+    kept = checked if every_port else frontends(came)
+    gone = frontends(went)
+    nothing: frozenset[Backend] = frozenset()
+    return Frontends(
+        {**{k: nothing for k in gone.by_address if k not in kept.by_address}, **checked.by_address},
+        {**{k: nothing for k in gone.by_node_port if k not in kept.by_node_port}, **checked.by_node_port})
+
+
+def _replaced(old: NodeState, new: NodeState) -> tuple[tuple[ServicePortState, ...], tuple[ServicePortState, ...]]:
+    """(the ports of `old` that are not in `new`, the ports of `new` that were not in `old`), by
+    identity: StateBuilder hands unchanged services back as the very same objects."""
+    if new.changes is not None and new.changes.applies_to(old):
+        return new.changes.gone, new.changes.came
+    before, after = {id(p) for p in old.ports}, {id(p) for p in new.ports}
+    return tuple(p for p in old.ports if id(p) not in after), tuple(p for p in new.ports if id(p) not in before)
+
+
 def ports_to_check(old: NodeState | None, new: NodeState) -> tuple[ServicePortState, ...]:
     """The UDP ports of `new` to check against the kernel: all of them when `old` is None (the first
     sync after a start), otherwise those whose serving endpoints or addresses differ from `old`."""
     if old is None:
         return tuple(p for p in new.ports if p.protocol is Protocol.UDP)
-    # StateBuilder hands unchanged services back as the very same objects: only the others can move,
-    # and when it says which came and went (NodeState.changes), only those are looked at.
-    if new.changes is not None and new.changes.applies_to(old):
-        came, went = new.changes.came, new.changes.gone
-        same: set[int] = set()
-    else:
-        came, went = new.ports, old.ports
-        same = {id(p) for p in old.ports}
+    went, came = _replaced(old, new)
     before = {_key(p): p for p in went if p.protocol is Protocol.UDP}
     out = []
     for p in came:
-        if p.protocol is not Protocol.UDP or id(p) in same:
+        if p.protocol is not Protocol.UDP:
             continue
         prev = before.get(_key(p))
         if prev is None or _watched(prev) != _watched(p):

@@ -54,6 +54,14 @@ class Reconciled:
     flows: int  # UDP entries read
     deleted: int
     seconds: float
+    versions: tuple[VersionPass, ...] = ()  # the same, per IP version read (kube-proxy's per-family metrics)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionPass:
+    version: int  # 4 or 6
+    deleted: int
+    seconds: float
 
 
 class ConntrackCleaner:
@@ -79,12 +87,15 @@ class ConntrackCleaner:
 
     def _reconcile(self, nl: _Netlink, checked: Frontends) -> Reconciled:
         start = time.perf_counter()
-        read = deleted = 0
+        read = 0
+        passes = []
         for version in sorted(checked.versions):
+            began = time.perf_counter()
             flows = list(nl.dump_udp(version))
             read += len(flows)
-            deleted += nl.delete(stale(flows, checked), self.batch)
-        return Reconciled(read, deleted, time.perf_counter() - start)
+            deleted = nl.delete(stale(flows, checked), self.batch)
+            passes.append(VersionPass(version, deleted, time.perf_counter() - began))
+        return Reconciled(read, sum(p.deleted for p in passes), time.perf_counter() - start, tuple(passes))
 
     def _in_ns(self, fn: Callable[[_Netlink], T]) -> T:
         def work() -> T:

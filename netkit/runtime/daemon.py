@@ -38,7 +38,7 @@ from netkit.cli.inputs import unknown_node
 from netkit.config import Config
 from netkit.errors import NetkitError, listening
 from netkit.model import IPFamily, NodeState
-from netkit.model.conntrack import frontends, ports_to_check
+from netkit.model.conntrack import to_check
 from netkit.model.state import StateBuilder
 from netkit.model.types import LAST_CHANGE_TRIGGER_TIME, EndpointSlice, Node
 from netkit.rules.backend import Backend, P, R
@@ -405,8 +405,9 @@ class Daemon:
         self._observe_rules(result, state)
         if self.conntrack is not None:
             # checked against the kernel, not against memory: after a start, and on every full sync,
-            # every UDP port is checked (kube-proxy checks them all on every sync)
-            self.conntrack.submit(frontends(ports_to_check(None if result.full else self.state, state)))
+            # every UDP port is checked (kube-proxy checks them all on every sync); the frontends that
+            # went since the last sync are checked with no endpoint
+            self.conntrack.submit(to_check(self.state, state, every_port=result.full))
         previous, self.state = self.state, state
         if result.full:
             # The objects of a synced state live long and hold no cycles: keep the cyclic GC from
@@ -468,6 +469,7 @@ class Daemon:
         """The conntrack worker's report (called on its thread)."""
         if result.deleted:
             self.metrics.plain("netkit_conntrack_udp_flows_deleted_total").inc(result.deleted)
+        self.metrics.conntrack_reconciled(result.versions)
         log.log(logging.INFO if result.deleted else logging.DEBUG, "conntrack cleanup done",
                 extra={"flows_read": result.flows, "flows_deleted": result.deleted,
                        "seconds": round(result.seconds, 4)})

@@ -31,6 +31,7 @@ from netkit.model import IPFamily, NodeState, ServicePortState
 from netkit.rules.iptables.names import CT_STATE_INVALID_DROPPED, LOCALHOST_NODEPORTS_ACCEPTED
 from netkit.rules.iptables.plan import Plan
 from netkit.rules.iptables.ruleset import Ruleset
+from netkit.runtime.conntrack import VersionPass
 
 
 def _exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
@@ -110,11 +111,12 @@ KUBE_PROXY_METRICS: tuple[MetricSpec, ...] = (
     _m("kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total", C, "Cumulative proxy nftables cleanup failures",
        F, modes=("nftables",)),
     _m("kubeproxy_conntrack_reconciler_deleted_entries_total", C,
-       "Cumulative conntrack flows deleted by conntrack reconciler", F, exported=False,
-       note="netkit deletes stale UDP flows when endpoints change, not by a periodic reconciler: "
-            "netkit_conntrack_udp_flows_deleted_total counts them"),
+       "Cumulative conntrack flows deleted by conntrack reconciler", F,
+       note="counted per pass of the conntrack worker, per IP family it read (the same count as "
+            "netkit_conntrack_udp_flows_deleted_total)"),
     _m("kubeproxy_conntrack_reconciler_sync_duration_seconds", H, "ReconcileConntrackFlowsLatency latency in seconds",
-       F, exported=False, note="no periodic conntrack reconciler (see above)"),
+       F, SYNC_BUCKETS, note="one observation per pass of the conntrack worker and IP family it read: after a "
+                             "sync that changed a UDP Service's endpoints or frontends, not after every sync"),
     _m("kubeproxy_iptables_ct_state_invalid_dropped_packets_total", C,
        "packets dropped by iptables to work around conntrack problems", modes=IPT, nfacct=CT_STATE_INVALID_DROPPED,
        note="read from the nfacct counter ct_state_invalid_dropped_pkts at scrape time; "
@@ -177,6 +179,13 @@ class Metrics:
     def conntrack_flushed(self) -> Any:
         """netkit_conntrack_udp_flows_deleted_total."""
         return self.m["netkit_conntrack_udp_flows_deleted_total"]
+
+    def conntrack_reconciled(self, passes: Iterable[VersionPass]) -> None:
+        """kube-proxy's conntrack reconciler metrics, from one pass of the conntrack worker."""
+        for p in passes:
+            family = FAMILY_LABEL[IPFamily.IPV4 if p.version == 4 else IPFamily.IPV6]
+            self.m["kubeproxy_conntrack_reconciler_sync_duration_seconds"].labels(family).observe(p.seconds)
+            self.m["kubeproxy_conntrack_reconciler_deleted_entries_total"].labels(family).inc(p.deleted)
 
     def count_probe(self, endpoint: str, code: int) -> None:
         self.m[f"kubeproxy_proxy_{endpoint}_total"].labels(str(code)).inc()

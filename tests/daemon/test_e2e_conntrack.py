@@ -1,11 +1,16 @@
 """ConntrackCleaner against the real conntrack table of a fresh network namespace: entries are made
 with the conntrack tool (as a DNATed UDP flow looks: original to the service, reply from the
 endpoint), then `reconcile` must delete exactly the entries that point at no serving endpoint of a
-checked frontend — in batches over one socket — and leave every other entry."""
+checked frontend — in batches over one socket — and leave every other entry. Then kube-proxy's
+reconciler cases as a table, each against the real daemon in iptables and in nftables mode, with
+flows made by real datagrams through the mode's rules."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -13,9 +18,15 @@ from ipaddress import ip_address
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from netkit.model.conntrack import Frontends
+from netkit.model import NodeState, Objects, build, from_k8s
+from netkit.model.conntrack import Flow, Frontends, serving
+from netkit.netns import socket_in
+from netkit.rules.registry import backend
 from netkit.runtime.conntrack import CleanupWorker, ConntrackCleaner, Reconciled
+from netkit.runtime.daemon import Daemon, DaemonOptions
+from netkit.yamlload import safe_load_all
 
 from .conftest import eventually, run
 from .e2e import Running, config, options, start_daemon, stop_daemon, web_service, web_slice, with_ports
@@ -159,3 +170,161 @@ def test_a_sync_never_waits_for_the_conntrack_cleanup(netns: str, tmp_path: Path
             await stop_daemon(task)
 
     run(scenario(), timeout=40)
+
+
+# --- kube-proxy's reconciler cases against the real daemon, in iptables and in nftables mode ---------
+#
+# The namespace gets a veth holding the node IP, with every other destination routed out of it (its
+# peer, in the same namespace, has no address): a datagram the namespace sends to a Service frontend
+# is DNATed by the mode's rules to an endpoint (10.244.x.x) and goes nowhere, leaving a real conntrack
+# entry behind —
+# original destination the frontend, reply source the endpoint. Each case opens such flows, changes
+# the Service (or stops the daemon, changes it and starts a new one) and expects exactly the entries
+# the change made stale to be gone, counted by kube-proxy's reconciler metric.
+
+NODE_IP, EP_A, EP_B, OTHER_EP = "192.0.2.10", "10.244.1.11", "10.244.2.11", "10.244.9.9"
+FRONTENDS = {"cluster": ("10.96.0.53", 53), "external": ("198.51.100.7", 53), "lb": ("198.51.100.8", 53),
+             "nodeport": (NODE_IP, 30053), "other": ("10.96.0.99", 53)}
+
+
+def dns(*, eps: tuple[str, ...] = (EP_A, EP_B), ip: str = "10.96.0.53", node_port: int = 30053,
+        external: tuple[str, ...] = ("198.51.100.7",), lb: tuple[str, ...] = ("198.51.100.8",)) -> str:
+    """The UDP Service under test (a LoadBalancer with an externalIP), its endpoints, and a bystander."""
+    ingress = ", ".join(f"{{ip: {x}}}" for x in lb)
+    svc = f"""apiVersion: v1
+kind: Service
+metadata: {{name: dns, namespace: default}}
+spec:
+  type: LoadBalancer
+  clusterIP: {ip}
+  externalIPs: [{", ".join(external)}]
+  ports: [{{name: http, protocol: UDP, port: 53, targetPort: 5353, nodePort: {node_port}}}]
+status: {{loadBalancer: {{ingress: [{ingress}]}}}}
+"""
+    return "---\n".join([svc, web_slice(list(eps), "UDP", "dns", "dns-1", 5353), *bystander()])
+
+
+def bystander() -> list[str]:
+    return [web_service("10.96.0.99", "UDP", "other", 53, 5353), web_slice([OTHER_EP], "UDP", "other", "other-1", 5353)]
+
+
+NODE = f"""apiVersion: v1
+kind: Node
+metadata: {{name: node-a}}
+status: {{addresses: [{{type: InternalIP, address: {NODE_IP}}}]}}
+"""
+ALL_DNS = {"cluster", "external", "lb", "nodeport"}
+
+# (case, manifests before, manifests after, restart in between, frontends whose flows all go,
+#  endpoints whose flows to the Service go)
+TABLE: list[tuple[str, str, str, bool, set[str], set[str]]] = [
+    ("endpoint removed", dns(), dns(eps=(EP_B,)), False, set(), {EP_A}),
+    ("scale to zero", dns(), dns(eps=()), False, ALL_DNS, set()),
+    ("Service deleted", dns(), "---\n".join(bystander()), False, ALL_DNS, set()),
+    ("clusterIP changed", dns(), dns(ip="10.96.0.54"), False, {"cluster"}, set()),
+    ("nodePort changed", dns(), dns(node_port=30054), False, {"nodeport"}, set()),
+    ("externalIP removed", dns(), dns(external=()), False, {"external"}, set()),
+    ("load-balancer IP removed", dns(), dns(lb=()), False, {"lb"}, set()),
+    ("restart: an endpoint removed while the daemon was down", dns(), dns(eps=(EP_B,)), True, set(), {EP_A}),
+]
+
+
+@pytest.fixture
+def node_ns(ctns: str) -> str:
+    """`ctns` with the node IP on a veth that every other destination is routed out of."""
+    for cmd in (["link", "add", "nk0", "type", "veth", "peer", "name", "nk1"], ["link", "set", "nk0", "arp", "off"],
+                ["addr", "add", f"{NODE_IP}/24", "dev", "nk0"], ["link", "set", "nk0", "up"],
+                ["link", "set", "nk1", "up"], ["route", "add", "default", "dev", "nk0"]):
+        subprocess.run(["ip", "-n", ctns, *cmd], check=True, capture_output=True)
+    return ctns
+
+
+def open_flows(netns: str, frontends: dict[str, tuple[str, int]]) -> list[socket.socket]:
+    """UDP sockets in `netns`, each having sent one datagram to a frontend: up to 32 per Service
+    frontend, until both endpoints have a flow (the rules pick one at random per new flow)."""
+    socks = []
+    for name, (ip, port) in frontends.items():
+        seen: set[str] = set()
+        for _ in range(32 if name != "other" else 1):
+            s = socket_in(netns, socket.AF_INET, socket.SOCK_DGRAM)
+            socks.append(s)
+            s.sendto(b"x", (ip, port))
+            seen |= {str(f.reply_src) for f in udp_flows(netns) if (str(f.dst), f.dport) == (ip, port)}
+            if {EP_A, EP_B} <= seen:
+                break
+        assert name == "other" or seen == {EP_A, EP_B}, f"{name}: flows reach {seen}, the rules are not DNATing"
+    return socks
+
+
+def udp_flows(netns: str) -> set[Flow]:
+    return set(ConntrackCleaner(netns).flows(4))
+
+
+def fingerprint(state: NodeState | None) -> object:
+    return None if state is None else sorted(
+        (str(p.name), str(p.cluster_ip), p.node_port, p.external_ips, p.load_balancer_ips, sorted(serving(p)))
+        for p in state.ports)
+
+
+def expected_fingerprint(manifests: str) -> object:
+    docs = [d for d in safe_load_all(NODE + "---\n" + manifests) if d]
+    return fingerprint(build(Objects.of([o for d in docs for o in from_k8s(d)]), "node-a"))
+
+
+def deleted_metric(daemon: Daemon) -> float:
+    return sum(s.value for fam in text_string_to_metric_families(daemon.metrics.render().decode())
+               for s in fam.samples if s.name == "kubeproxy_conntrack_reconciler_deleted_entries_total")
+
+
+@pytest.mark.parametrize("mode", ["iptables", "nftables"])
+@pytest.mark.parametrize("before, after, restart, frontends_gone, endpoints_gone", [c[1:] for c in TABLE],
+                         ids=[c[0] for c in TABLE])
+def test_stale_udp_flows_go_like_kube_proxys(node_ns: str, tmp_path: Path, mode: str, before: str, after: str,
+                                             restart: bool, frontends_gone: set[str],
+                                             endpoints_gone: set[str]) -> None:
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+
+    def write(text: str) -> None:
+        (tmp_path / "next.yaml").write_text(NODE + "---\n" + text)
+        os.replace(tmp_path / "next.yaml", manifests / "all.yaml")  # one change, never half a file
+
+    async def settled(daemon: Daemon, manifests_now: str) -> None:
+        want = expected_fingerprint(manifests_now)
+        await eventually(lambda: fingerprint(daemon.state) == want and daemon.settled(), timeout=20,
+                         what=f"the daemon in {mode} mode to sync and clean up")
+
+    async def scenario() -> None:
+        write(before)
+        opts = options(node_ns, config(mode=mode), files=(str(manifests),))
+        daemon, task = await start(opts)
+        try:
+            await settled(daemon, before)
+            socks = open_flows(node_ns, FRONTENDS)
+            opened = udp_flows(node_ns)
+            counted = deleted_metric(daemon)
+            if restart:
+                await stop_daemon(task)
+                write(after)
+                daemon, task = await start(opts)
+            else:
+                write(after)
+            await settled(daemon, after)
+            left = udp_flows(node_ns)
+            names = {(ip_address(ip), port): name for name, (ip, port) in FRONTENDS.items()}
+            expected = {f for f in opened if not (names[(f.dst, f.dport)] in frontends_gone or (
+                names[(f.dst, f.dport)] != "other" and str(f.reply_src) in endpoints_gone))}
+            assert expected != opened or not (frontends_gone or endpoints_gone), "the case makes nothing stale"
+            assert left == expected
+            assert deleted_metric(daemon) - (0 if restart else counted) == len(opened - left)
+            for s in socks:
+                s.close()
+        finally:
+            await stop_daemon(task)
+
+    run(scenario(), timeout=90)
+
+
+async def start(opts: DaemonOptions) -> tuple[Daemon, asyncio.Task[None]]:
+    daemon = Daemon(opts, backend(opts.config.mode))  # type: ignore[arg-type]
+    return daemon, asyncio.create_task(daemon.run(), name="daemon")

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from netkit.config import Config, parse_cidrs
 from netkit.model import IPFamily, NodeState, build
-from netkit.model.conntrack import ports_to_check
+from netkit.model.conntrack import ports_to_check, to_check
 from netkit.model.state import StateBuilder
 from netkit.model.types import Objects
 from netkit.rules.iptables.compile import Compiler, compile
@@ -342,6 +342,7 @@ def assert_the_daemons_walks_follow_the_changes(before: NodeState | None, after:
         return
     full = replace(after, changes=None)
     assert sorted(map(id, ports_to_check(before, after))) == sorted(map(id, ports_to_check(before, full)))
+    assert to_check(before, after) == to_check(before, full)
     assert service_health_since(service_health(before), after.changes) == service_health(after)
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from ipaddress import ip_address
 from typing import Any
 
 import pytest
 
 from netkit.model import NodeState, build
-from netkit.model.conntrack import Flow, Frontends, frontends, ports_to_check, serving, stale
+from netkit.model.conntrack import Flow, Frontends, frontends, ports_to_check, serving, stale, to_check
 from netkit.model.state import StateBuilder
 from netkit.runtime.conntrack import CleanupWorker, Reconciled
 from tests.factories import endpoint, node, objects, service, slice_
@@ -64,7 +65,7 @@ def test_stale_entries_like_kube_proxy() -> None:
 
 
 def test_a_service_without_serving_endpoints_loses_its_flows() -> None:
-    """A deliberate difference from kube-proxy (TestServiceWithoutEndpoints keeps them): the next
+    """kube-proxy since kubernetes#139629 (its TestServiceWithoutEndpoints kept them before): the next
     datagram is rejected at once instead of reaching a pod that is gone or does not serve."""
     checked = frontends(state([endpoint(NOT_SERVING, serving=False, ready=False)]).ports)
     flows = [flow(CLUSTER_IP, SERVICE_PORT, DELETED), flow(CLUSTER_IP, SERVICE_PORT, NOT_SERVING)]
@@ -182,3 +183,75 @@ def test_the_worker_never_blocks_the_submitter_and_merges_and_retries() -> None:
     assert cleaner.calls[1] == cleaner.calls[2]
     assert set(cleaner.calls[2].by_address) == set(a.by_address) | set(b.by_address)
     assert [d.deleted for d in done] == [len(a), len(a) + len(b)]
+
+
+# --- what a sync asks to check: the cases kube-proxy's reconciler handles, as flows before → after ---
+
+NODE_IP, NEW_CLUSTER_IP, OTHER_IP, OTHER_EP = "192.0.2.10", "172.30.1.2", "172.30.9.9", "10.240.9.9"
+
+
+def svc_docs(*, ip: str = CLUSTER_IP, eps: tuple[str, ...] = (SERVING, DELETED), node_port: int = NODE_PORT,
+             external: tuple[str, ...] = (EXTERNAL_IP,), lb: tuple[str, ...] = (LB_IP,),
+             ports: tuple[int, ...] = (SERVICE_PORT, OTHER_PORT), proto: str = "UDP",
+             **spec: Any) -> list[dict[str, Any]]:
+    """The "cleanup" Service (a LoadBalancer with an externalIP, two ports) and its endpoints."""
+    svc_ports = [{"name": f"p{p}", "port": p, "targetPort": EP_PORT, "protocol": proto,
+                  **({"nodePort": node_port + i} if node_port else {})} for i, p in enumerate(ports)]
+    svc = service("cleanup", ip=ip, ports=svc_ports, type="LoadBalancer" if node_port else "ClusterIP",
+                  externalIPs=list(external), status={"loadBalancer": {"ingress": [{"ip": x} for x in lb]}}, **spec)
+    ep_ports = [{"name": f"p{p}", "port": EP_PORT, "protocol": proto} for p in ports]
+    return [svc, slice_("cleanup", endpoints=[endpoint(e) for e in eps], ports=ep_ports)]
+
+
+OTHER = [service("other", ip=OTHER_IP, ports=[{"name": "dns", "port": 53, "targetPort": EP_PORT, "protocol": "UDP"}]),
+         slice_("other", endpoints=[endpoint(OTHER_EP)], ports=[{"name": "dns", "port": EP_PORT, "protocol": "UDP"}])]
+
+# the flows clients opened before the change (each to a serving endpoint then), by name
+FLOWS = {
+    "cluster": flow(CLUSTER_IP, SERVICE_PORT, SERVING),
+    "cluster, 2nd port": flow(CLUSTER_IP, OTHER_PORT, SERVING, sport=40001),
+    "cluster, 2nd endpoint": flow(CLUSTER_IP, SERVICE_PORT, DELETED, sport=40002),
+    "new cluster IP": flow(NEW_CLUSTER_IP, SERVICE_PORT, SERVING, sport=40003),
+    "external IP": flow(EXTERNAL_IP, SERVICE_PORT, SERVING, sport=40004),
+    "LB IP": flow(LB_IP, SERVICE_PORT, SERVING, sport=40005),
+    "node port": flow(NODE_IP, NODE_PORT, SERVING, sport=40006),
+    "other service": flow(OTHER_IP, 53, OTHER_EP, sport=40007),
+}
+ALL_CLEANUP = {k for k in FLOWS if k not in ("other service", "new cluster IP")}
+
+# (case, objects before (None: the first sync after a start), objects after, the flows that are stale)
+SYNC_CASES: list[tuple[str, list[dict[str, Any]] | None, list[dict[str, Any]], set[str]]] = [
+    ("nothing changed", svc_docs(), svc_docs(), set()),
+    ("endpoint removed", svc_docs(), svc_docs(eps=(SERVING,)), {"cluster, 2nd endpoint"}),
+    ("scale to zero (kubernetes#139629)", svc_docs(), svc_docs(eps=()), ALL_CLEANUP),
+    ("Service deleted (kubernetes#141371)", svc_docs(), [], ALL_CLEANUP),
+    ("a port removed", svc_docs(), svc_docs(ports=(SERVICE_PORT,)), {"cluster, 2nd port"}),
+    ("clusterIP changed", svc_docs(), svc_docs(ip=NEW_CLUSTER_IP),
+     {"cluster", "cluster, 2nd port", "cluster, 2nd endpoint"}),
+    ("nodePort changed", svc_docs(), svc_docs(node_port=NODE_PORT + 100), {"node port"}),
+    ("externalIP removed", svc_docs(), svc_docs(external=()), {"external IP"}),
+    ("load-balancer IP removed", svc_docs(), svc_docs(lb=()), {"LB IP"}),
+    ("only the traffic policy changed: no frontend went", svc_docs(),
+     svc_docs(internalTrafficPolicy="Local"), set()),
+    ("restart: an endpoint was removed meanwhile", None, svc_docs(eps=(SERVING,)), {"cluster, 2nd endpoint"}),
+    ("TCP Service deleted: UDP flows are not its", svc_docs(proto="TCP"), [], set()),
+]
+
+
+@pytest.mark.parametrize("incremental", [True, False], ids=["changes", "full-walk"])
+@pytest.mark.parametrize("before, after, gone", [c[1:] for c in SYNC_CASES], ids=[c[0] for c in SYNC_CASES])
+def test_to_check_after_a_sync(before: list[dict[str, Any]] | None, after: list[dict[str, Any]],
+                               gone: set[str], incremental: bool) -> None:
+    builder = StateBuilder()
+    old = builder.build(objects(node(), *OTHER, *before), "node-a", ()) if before is not None else None
+    new = builder.build(objects(node(), *OTHER, *after), "node-a", ())
+    if not incremental:
+        new = replace(new, changes=None)
+    assert new.changes is not None or not incremental or old is None
+    assert stale_names(to_check(old, new)) == gone
+    # a full sync checks every port of the new state (kube-proxy's every sync), and still the frontends that went
+    assert stale_names(to_check(old, new, every_port=True)) == gone | stale_names(frontends(new.ports))
+
+
+def stale_names(checked: Frontends) -> set[str]:
+    return {k for k, f in FLOWS.items() if f in stale(FLOWS.values(), checked)}

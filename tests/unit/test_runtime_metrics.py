@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from netkit.model import IPFamily, build
 from netkit.rules.iptables.names import NFACCT_COUNTERS
+from netkit.runtime.conntrack import VersionPass
 from netkit.runtime.metrics import (
     KUBE_PROXY_METRICS,
     PROGRAMMING_BUCKETS,
@@ -166,3 +167,19 @@ def test_no_nfacct_metrics_outside_iptables_mode() -> None:
     m = Metrics("nftables", (IPFamily.IPV4,), process=False)
     m.nfacct(NFACCT_COUNTERS, lambda _: 1)
     assert "kubeproxy_iptables_" not in m.render().decode()
+
+
+def test_conntrack_reconciler_metrics_count_each_pass_per_family() -> None:
+    """kube-proxy's CleanStaleEntries observes its duration and adds what it deleted, per IP family
+    it reconciled; netkit does so per pass of its conntrack worker and family it read."""
+    m = Metrics("nftables")
+    m.conntrack_reconciled([VersionPass(4, 3, 0.004), VersionPass(6, 0, 0.002)])
+    m.conntrack_reconciled([VersionPass(4, 2, 0.5)])
+    samples = {(s.name, s.labels.get("ip_family"), s.labels.get("le")): s.value
+               for fam in text_string_to_metric_families(m.render().decode()) for s in fam.samples}
+    deleted = "kubeproxy_conntrack_reconciler_deleted_entries_total"
+    assert (samples[(deleted, "IPv4", None)], samples[(deleted, "IPv6", None)]) == (5, 0)
+    duration = "kubeproxy_conntrack_reconciler_sync_duration_seconds"
+    assert samples[(f"{duration}_count", "IPv4", None)] == 2 and samples[(f"{duration}_count", "IPv6", None)] == 1
+    assert samples[(f"{duration}_bucket", "IPv4", "0.004")] == 1  # kube-proxy's buckets: 1 ms × 2^k
+    assert samples[(f"{duration}_bucket", "IPv4", "0.512")] == 2
