@@ -2,7 +2,8 @@
 # Installs what the chosen profile needs, and nothing twice: Debian packages that are missing
 # (apt-get) and the Python packages into ./.venv (pip, re-run when pyproject.toml changes).
 #   scripts/setup.sh demo   what `make demo` runs: iptables, nftables, ipset, iproute2, conntrack
-#   scripts/setup.sh test   (the default) every test, also the IPVS VM (qemu, busybox) and dig/socat/tcpdump
+#   scripts/setup.sh test   (the default) every test, also the IPVS VM (qemu, busybox), dig/socat/tcpdump
+#                           and promtool (Debian's prometheus package: checks deploy/monitoring's rules)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +12,7 @@ DEMO_PACKAGES=(iptables nftables python3-nftables ipset conntrack iproute2 kmod)
 case "$PROFILE" in
   demo) APT_PACKAGES=("${DEMO_PACKAGES[@]}"); EXTRAS="" ;;
   test) APT_PACKAGES=("${DEMO_PACKAGES[@]}" ipvsadm socat ethtool tcpdump dnsutils qemu-system-x86 busybox-static
-                      xz-utils); EXTRAS="[test,bench]" ;;
+                      xz-utils prometheus); EXTRAS="[test,bench]" ;;
   *) echo "setup: unknown profile '$PROFILE' (demo or test)" >&2; exit 2 ;;
 esac
 EXTRA_APT=${NETKIT_EXTRA_APT:-}

@@ -1,0 +1,136 @@
+"""deploy/monitoring ships working: the Prometheus rules pass `promtool check rules` and their unit
+tests (`promtool test rules`), the Grafana dashboard's queries parse, and every metric the rules and
+the dashboard name is one that `netkit run` (in some mode) or `netkit dns` serves — read from the
+metrics pages their registries render, built as the two commands build them."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import promql_parser
+import pytest
+
+from netkit.dns.command import PLUGINS
+from netkit.dns.endpoints import registry
+from netkit.dns.metrics import DnsMetrics
+from netkit.model import IPFamily
+from netkit.rules.registry import MODES
+from netkit.runtime.metrics import Metrics
+from netkit.yamlload import safe_load
+
+MONITORING = Path(__file__).parents[2] / "deploy" / "monitoring"
+RULES, RULE_TESTS, DASHBOARD = (MONITORING / n for n in ("netkit-rules.yaml", "netkit-rules.test.yaml",
+                                                         "netkit-dashboard.json"))
+# Grafana's variables, as a query would be sent once they are replaced
+GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$instance": ".*", "$dns_instance": ".*"}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    if shutil.which("promtool") is None:
+        pytest.skip("needs promtool (Debian's prometheus package, installed by scripts/setup.sh test)")
+    return subprocess.run(["promtool", *args], cwd=MONITORING, capture_output=True, text=True, timeout=120)
+
+
+def test_the_rules_pass_promtool_check() -> None:
+    done = promtool("check", "rules", RULES.name)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_rules_pass_their_unit_tests() -> None:
+    """Each alert fires on the series that should raise it and stays quiet on a healthy node."""
+    done = promtool("test", "rules", RULE_TESTS.name)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_alert_has_a_unit_test() -> None:
+    alerts = {r["alert"] for g in safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r}
+    tested = {t["alertname"] for case in safe_load(RULE_TESTS.read_text())["tests"]
+              for t in case.get("alert_rule_test", ())}
+    assert alerts == tested
+
+
+def rule_queries() -> Iterator[str]:
+    for group in safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            yield rule["expr"]
+
+
+def dashboard_queries() -> Iterator[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", ()):
+            yield _grafana(target["expr"])
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":  # label_values(SELECTOR, LABEL)
+            found = re.fullmatch(r"label_values\((.*),\s*\w+\)", variable["query"]["query"])
+            assert found, variable["query"]
+            yield found.group(1)
+
+
+def _grafana(expr: str) -> str:
+    for name, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(name, value)
+    assert "$" not in expr, f"a Grafana variable the test does not know: {expr}"
+    return expr
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects (parsing it: an invalid query fails here)."""
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            names.add(node.name)
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return names
+
+
+def served() -> set[str]:
+    """Every series name the daemon (each mode, both families) and `netkit dns` serve."""
+    pages = [Metrics(mode, (IPFamily.IPV4, IPFamily.IPV6)).render().decode() for mode in MODES]
+    pages.append(registry_text(DnsMetrics("dns://:53", plugins=PLUGINS)))
+    names = set()
+    for page in pages:
+        for line in page.splitlines():
+            if line.startswith("# TYPE "):
+                _, _, name, kind = line.split()
+                names |= series(name, kind)
+    return names
+
+
+def registry_text(metrics: DnsMetrics) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(registry(metrics)).decode()
+
+
+def series(name: str, kind: str) -> set[str]:
+    if kind == "histogram":
+        return {f"{name}_bucket", f"{name}_count", f"{name}_sum"}
+    if kind == "counter":
+        return {name if name.endswith("_total") else f"{name}_total"}
+    return {name}
+
+
+def recorded() -> set[str]:
+    return {r["record"] for g in safe_load(RULES.read_text())["groups"] for r in g["rules"] if "record" in r}
+
+
+@pytest.mark.parametrize("source", ["rules", "dashboard"])
+def test_every_metric_used_is_served(source: str) -> None:
+    queries = list(rule_queries() if source == "rules" else dashboard_queries())
+    used = set().union(*map(metric_names, queries)) - recorded()
+    assert used, "no metric found: the parser walk is broken"
+    assert used <= served(), f"not served by netkit run or netkit dns: {sorted(used - served())}"
+
+
+def test_a_name_nobody_serves_is_caught() -> None:
+    """The check above can fail: a misspelt metric is not among the served ones."""
+    assert metric_names('rate(kubeproxy_sync_proxy_rule_duration_seconds_bucket{job="netkit"}[5m])') - served()
