@@ -59,6 +59,16 @@ def netns() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
+def route_out(netns: str, node_ip: str) -> None:
+    """Give `netns` the node IP on a veth that every other destination is routed out of (its peer, in
+    the same namespace, has no address): a datagram or SYN the namespace sends to a Service frontend
+    is DNATed by the rules and goes nowhere, leaving a real conntrack entry behind."""
+    for cmd in (["link", "add", "nk0", "type", "veth", "peer", "name", "nk1"], ["link", "set", "nk0", "arp", "off"],
+                ["addr", "add", f"{node_ip}/24", "dev", "nk0"], ["link", "set", "nk0", "up"],
+                ["link", "set", "nk1", "up"], ["route", "add", "default", "dev", "nk0"]):
+        subprocess.run(["ip", "-n", netns, *cmd], check=True, capture_output=True)
+
+
 def held_socket(kind: int) -> socket.socket:
     """A loopback socket bound to a free port (listening, for TCP): an address that is in use."""
     s = socket.socket(socket.AF_INET, kind)

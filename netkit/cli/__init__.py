@@ -22,6 +22,7 @@ from netkit.errors import NetkitError
 # Modules that add subcommands. Each exposes register(subparsers: argparse._SubParsersAction).
 COMMAND_MODULES: tuple[str, ...] = (
     "netkit.cli.commands",
+    "netkit.cli.flows",
     "netkit.dns.command",
     "netkit.lab.command",
     "netkit.runtime.command",
@@ -35,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "apply": "netkit.cli.commands",
     "trace": "netkit.cli.commands",
     "cleanup": "netkit.cli.commands",
+    "flows": "netkit.cli.flows",
     "dns": "netkit.dns.command",
     "lab": "netkit.lab.command",
     "run": "netkit.runtime.command",
@@ -43,7 +45,7 @@ COMMANDS: dict[str, str] = {
 # collector: the objects they build hold no reference cycles (reference counting frees them), and
 # at 10,000 Services its full passes over the millions of decoded objects cost a third of the
 # command's time while finding nothing. The daemons (run, dns, lab) keep it.
-ONE_PASS: frozenset[str] = frozenset({"compile", "diff", "apply", "trace", "cleanup"})
+ONE_PASS: frozenset[str] = frozenset({"compile", "diff", "apply", "trace", "cleanup", "flows"})
 
 
 def parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:

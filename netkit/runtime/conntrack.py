@@ -35,6 +35,7 @@ from ipaddress import ip_address
 from typing import Any, TypeVar
 
 from netkit.model.conntrack import Flow, Frontends, stale
+from netkit.model.types import Protocol
 from netkit.netns import in_netns
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,10 @@ class ConntrackCleaner:
     def flows(self, version: int = 4) -> list[Flow]:
         """Every UDP entry of one IP version (for tests and tools)."""
         return self._in_ns(lambda nl: list(nl.dump_udp(version)))
+
+    def entries(self, version: int = 4) -> list[tuple[Protocol, Flow]]:
+        """Every TCP, UDP and SCTP entry of one IP version, with its protocol (`netkit flows`)."""
+        return self._in_ns(lambda nl: list(nl.dump_all(version)))
 
     def delete(self, flows: Sequence[Flow]) -> int:
         return self._in_ns(lambda nl: nl.delete(flows, self.batch)) if flows else 0
@@ -135,15 +140,25 @@ class _Netlink:
                 raise
             yield from self._dump(nfct_msg(), version)
 
+    def dump_all(self, version: int) -> Iterator[tuple[Protocol, Flow]]:
+        from pyroute2.netlink.nfnetlink.nfctsocket import nfct_msg
+
+        for proto, flow in self._dump_any(nfct_msg(), version):
+            if proto in _PROTOCOLS:
+                yield _PROTOCOLS[proto], flow
+
     def _dump(self, msg: Any, version: int) -> Iterator[Flow]:
+        return (flow for proto, flow in self._dump_any(msg, version) if proto == socket.IPPROTO_UDP)
+
+    def _dump_any(self, msg: Any, version: int) -> Iterator[tuple[int, Flow]]:
         seq = self._send([self._encode(msg, IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, version)])[0]
         for kind, data in self._replies({seq}):
             if kind == "error":
                 raise OSError(data, f"ctnetlink dump: {errno.errorcode.get(data, data)}")
             if kind == "msg":
-                flow = _flow(data, version)
-                if flow is not None:
-                    yield flow
+                entry = _entry(data, version)
+                if entry is not None:
+                    yield entry
 
     def delete(self, flows: Sequence[Flow], batch: int) -> int:
         deleted = 0
@@ -255,18 +270,21 @@ def _tuple(buf: bytes, span: tuple[int, int], version: int) -> tuple[bytes, byte
     return (buf[slice(*ip[src_key])], buf[slice(*ip[dst_key])], buf[proto[CTA_PROTO_NUM][0]], ports[0], ports[1])
 
 
-def _flow(data: bytes, version: int) -> Flow | None:
-    """One ctnetlink entry (a whole netlink message) as a Flow; None unless UDP. Parsed by hand:
+def _entry(data: bytes, version: int) -> tuple[int, Flow] | None:
+    """One ctnetlink entry (a whole netlink message) as (IP protocol number, Flow). Parsed by hand:
     pyroute2's generic decoder takes ~130 µs an entry, which adds up over a large table."""
     top = _attrs(data, _HEADER.size + 4, len(data))  # after nlmsghdr and nfgenmsg
     if CTA_TUPLE_ORIG not in top or CTA_TUPLE_REPLY not in top:
         return None
     orig, reply = _tuple(data, top[CTA_TUPLE_ORIG], version), _tuple(data, top[CTA_TUPLE_REPLY], version)
-    if orig is None or reply is None or orig[2] != socket.IPPROTO_UDP:
+    if orig is None or reply is None:
         return None
     zone = _BE16.unpack_from(data, top[CTA_ZONE][0])[0] if CTA_ZONE in top else 0
-    return Flow(src=ip_address(orig[0]), sport=orig[3], dst=ip_address(orig[1]), dport=orig[4],
-                reply_src=ip_address(reply[0]), reply_sport=reply[3], zone=zone)
+    return orig[2], Flow(src=ip_address(orig[0]), sport=orig[3], dst=ip_address(orig[1]), dport=orig[4],
+                         reply_src=ip_address(reply[0]), reply_sport=reply[3], zone=zone)
+
+
+_PROTOCOLS = {socket.IPPROTO_TCP: Protocol.TCP, socket.IPPROTO_UDP: Protocol.UDP, 132: Protocol.SCTP}
 
 
 class CleanupWorker:

@@ -27,6 +27,7 @@ from netkit.rules.registry import backend
 from netkit.runtime.conntrack import CleanupWorker, ConntrackCleaner, Reconciled
 from netkit.runtime.daemon import Daemon, DaemonOptions
 from netkit.yamlload import safe_load_all
+from tests.conftest import route_out
 
 from .conftest import eventually, run
 from .e2e import Running, config, options, start_daemon, stop_daemon, web_service, web_slice, with_ports
@@ -232,10 +233,7 @@ TABLE: list[tuple[str, str, str, bool, set[str], set[str]]] = [
 @pytest.fixture
 def node_ns(ctns: str) -> str:
     """`ctns` with the node IP on a veth that every other destination is routed out of."""
-    for cmd in (["link", "add", "nk0", "type", "veth", "peer", "name", "nk1"], ["link", "set", "nk0", "arp", "off"],
-                ["addr", "add", f"{NODE_IP}/24", "dev", "nk0"], ["link", "set", "nk0", "up"],
-                ["link", "set", "nk1", "up"], ["route", "add", "default", "dev", "nk0"]):
-        subprocess.run(["ip", "-n", ctns, *cmd], check=True, capture_output=True)
+    route_out(ctns, NODE_IP)
     return ctns
 
 

@@ -1,0 +1,79 @@
+"""`netkit flows`'s pure tally (netkit.model.flows) and its text and JSON: each conntrack entry sent to
+a Service frontend counted under that port and the endpoint its reply comes from, stale when that
+is not a serving endpoint; entries to no Service, or of another protocol, are not counted."""
+
+from __future__ import annotations
+
+from ipaddress import ip_address
+
+from netkit.cli.flows import predicted, text, to_json
+from netkit.cli.inputs import Inputs
+from netkit.config import Config
+from netkit.model import Protocol, build
+from netkit.model.conntrack import Flow
+from netkit.model.flows import tally
+from tests.factories import endpoint, node, objects, service, slice_
+
+CLUSTER_IP, EXTERNAL_IP, NODE_IP, A, B, GONE = "172.30.1.1", "192.168.99.100", "192.0.2.10", \
+    "10.240.0.4", "10.240.0.5", "10.240.9.9"
+OBJECTS = objects(
+    node(),
+    service("dns", ip=CLUSTER_IP, type="NodePort", externalIPs=[EXTERNAL_IP],
+            ports=[{"name": "dns", "port": 53, "targetPort": 5353, "protocol": "UDP", "nodePort": 30053}]),
+    slice_("dns", endpoints=[endpoint(A), endpoint(B), endpoint("10.240.0.6", ready=False, serving=False)],
+           ports=[{"name": "dns", "port": 5353, "protocol": "UDP"}]))
+STATE = build(OBJECTS, "node-a", ())
+
+
+def entry(dst: str, dport: int, reply: str, rport: int = 5353, proto: Protocol = Protocol.UDP,
+          sport: int = 40000) -> tuple[Protocol, Flow]:
+    return proto, Flow(ip_address("203.0.113.5"), sport, ip_address(dst), dport, ip_address(reply), rport)
+
+
+def test_entries_are_counted_per_endpoint_and_stale_ones_flagged() -> None:
+    entries = [entry(CLUSTER_IP, 53, A, sport=1), entry(CLUSTER_IP, 53, A, sport=2), entry(EXTERNAL_IP, 53, A),
+               entry(NODE_IP, 30053, B),  # the nodePort, on any node address
+               entry(CLUSTER_IP, 53, GONE),  # an endpoint that is gone
+               entry(CLUSTER_IP, 53, "10.240.0.6"),  # one that no longer serves
+               entry(CLUSTER_IP, 53, A, rport=6000),  # the right pod, an old target port
+               entry(CLUSTER_IP, 53, CLUSTER_IP, rport=53),  # never DNATed
+               entry(CLUSTER_IP, 53, A, proto=Protocol.TCP),  # not the UDP port's
+               entry(CLUSTER_IP, 80, A), entry("10.96.9.9", 53, A)]  # no Service there
+    (port,) = tally(entries, STATE)
+    got = [(str(e.ip), e.port, e.flows, e.stale) for e in port.endpoints]
+    assert got[:2] == [(A, 5353, 3, False), (B, 5353, 1, False)]  # serving first, most flows first
+    assert sorted(got[2:]) == sorted([(GONE, 5353, 1, True), ("10.240.0.6", 5353, 1, True), (A, 6000, 1, True),
+                                      (CLUSTER_IP, 53, 1, True)])
+    assert (port.flows, port.stale) == (8, 4)
+
+
+def test_no_entry_through_a_service() -> None:
+    assert tally([entry("10.96.9.9", 53, A)], STATE) == ()
+    assert text(()) == "no flows through Services\n"
+    assert to_json(()) == {"schema": "netkit.flows/v1", "services": []}
+
+
+def test_text_and_json() -> None:
+    ports = tally([entry(CLUSTER_IP, 53, A, sport=1), entry(CLUSTER_IP, 53, A, sport=2),
+                   entry(CLUSTER_IP, 53, B), entry(CLUSTER_IP, 53, GONE)], STATE)
+    assert text(ports).splitlines() == [
+        "default/dns:dns (udp) 172.30.1.1:53  4 flows, 1 stale",
+        "  10.240.0.4:5353               2   50.0%",
+        "  10.240.0.5:5353               1   25.0%",
+        "  10.240.9.9:5353               1   25.0%  stale: not a serving endpoint",
+    ]
+    (doc,) = to_json(ports)["services"]  # type: ignore[misc]
+    assert doc["flows"] == 4 and doc["stale"] == 1 and doc["protocol"] == "udp" and doc["port"] == "dns"
+    assert doc["endpoints"][2] == {"ip": GONE, "port": 5353, "flows": 1, "share": 0.25, "predicted": None,
+                                   "stale": True}
+
+
+def test_trace_predicts_the_shares_beside_the_observed_ones() -> None:
+    """Over the rules the manifests compile to, from the node: both serving endpoints half each, the
+    gone one nothing; a serving endpoint without flows is listed with 0."""
+    ports = tally([entry(CLUSTER_IP, 53, A), entry(CLUSTER_IP, 53, GONE)], STATE)
+    for mode in ("iptables", "nftables", "ipvs"):
+        shares = predicted(ports, Inputs(Config(node_name="node-a", mode=mode), OBJECTS, STATE, ()))
+        rows = {e["ip"]: (e["flows"], e["predicted"]) for e in to_json(ports, shares)["services"][0]["endpoints"]}  # type: ignore[index]
+        assert rows == {A: (1, 0.5), GONE: (1, 0.0), B: (0, 0.5)}, mode
+    assert "  10.240.0.5:5353               0    0.0%  (trace:  50.0%)" in text(ports, shares)
