@@ -4,12 +4,16 @@ Each TCP, UDP and SCTP entry whose original destination is a frontend of a Servi
 (`-f`) is counted under that Service port and the endpoint its reply comes from
 (`netkit.model.flows.tally`); an endpoint that is not a serving endpoint of the port is flagged
 stale. The table is read over netlink inside `--netns` (or this namespace): both IP families.
+`--watch` reads it again every few seconds, like top; the manifests are read, and compiled for
+trace's predicted shares, once.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +21,7 @@ from netkit.cli.filters import Filter, add_filter_options
 from netkit.cli.inputs import Inputs, add_input_options, check_netns, load_inputs
 from netkit.cli.output import STRUCTURED, emit
 from netkit.cli.tracing import default_source
+from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.model.flows import PortFlows, tally
 from netkit.model.types import IPAddress
@@ -36,6 +41,8 @@ def register(sub: Any) -> None:
                    help="whose rules predict the shares (default: the config file's mode, else iptables)")
     p.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text",
                    help="json/yaml: schema netkit.flows/v1 (docs/cli.md)")
+    p.add_argument("-w", "--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS",
+                   help="refresh every SECONDS (default 2) like top, until Ctrl-C (text output)")
     p.set_defaults(func=run_flows)
 
 
@@ -43,17 +50,40 @@ def run_flows(args: argparse.Namespace) -> int:
     from netkit.runtime.conntrack import ConntrackCleaner
 
     check_netns(args)
+    if args.watch is not None and (args.output in STRUCTURED or args.watch <= 0):
+        raise NetkitError("--watch: refreshes text output only, every SECONDS > 0")
     inputs = load_inputs(args)
-    state = Filter.of(args).state(inputs.state, inputs.objects)
+    inputs = replace(inputs, state=Filter.of(args).state(inputs.state, inputs.objects))
     reader = ConntrackCleaner(args.netns)
-    entries = [e for version in (4, 6) for e in reader.entries(version)]
-    ports = tally(entries, state)
-    shares = predicted(ports, replace(inputs, state=state))
-    if args.output in STRUCTURED:
-        emit(to_json(ports, shares), args.output)
-    else:
-        sys.stdout.write(text(ports, shares))
-    return 0
+
+    def go(be: Backend[R, P]) -> int:
+        rules: dict[IPFamily, R] = {}  # compiled once, traced at every refresh
+
+        def render() -> tuple[tuple[PortFlows, ...], Shares]:
+            ports = tally([e for version in (4, 6) for e in reader.entries(version)], inputs.state)
+            return ports, _predict(be, rules, ports, inputs)
+
+        if args.watch is not None:
+            return watch(lambda: text(*render()), args.watch)
+        ports, shares = render()
+        if args.output in STRUCTURED:
+            emit(to_json(ports, shares), args.output)
+        else:
+            sys.stdout.write(text(ports, shares))
+        return 0
+
+    return with_backend(inputs.config.mode, go)
+
+
+def watch(render: Callable[[], str], interval: float, sleep: Callable[[float], None] = time.sleep) -> int:
+    """`render()` again every `interval` seconds, over the last one on a terminal (as top), else
+    after a line with the time; until Ctrl-C (the CLI exits 130)."""
+    tty = sys.stdout.isatty()
+    while True:
+        page = render()
+        sys.stdout.write(("\x1b[H\x1b[2J" if tty else f"--- {time.strftime('%H:%M:%S')}\n") + page)
+        sys.stdout.flush()
+        sleep(interval)
 
 
 Shares = dict[int, dict[str, float]]  # id(PortFlows) → "IP:port" → the share trace predicts
@@ -62,24 +92,23 @@ Shares = dict[int, dict[str, float]]  # id(PortFlows) → "IP:port" → the shar
 def predicted(ports: tuple[PortFlows, ...], inputs: Inputs) -> Shares:
     """What `netkit trace` predicts for a packet from the node to each port's clusterIP, over the
     rules the manifests compile to (a port without a node address of its family: no prediction)."""
+    return with_backend(inputs.config.mode, lambda be: _predict(be, {}, ports, inputs))
 
-    def run(be: Backend[R, P]) -> Shares:
-        rules: dict[IPFamily, R] = {}
-        out: Shares = {}
-        node = inputs.state.node.ips
-        for pf in ports:
-            p = pf.port
-            src = default_source(node, (), p.cluster_ip)
-            if src is None:
-                continue
-            family = IPFamily.of(p.cluster_ip)
-            if family not in rules:
-                rules[family] = be.compile(inputs.state, inputs.config, family)
-            pkt = Packet(src, p.cluster_ip, p.port, p.protocol.lower, local_addresses=node)
-            out[id(pf)] = endpoints(be.trace(rules[family], pkt))
-        return out
 
-    return with_backend(inputs.config.mode, run) if ports else {}
+def _predict(be: Backend[R, P], rules: dict[IPFamily, R], ports: tuple[PortFlows, ...], inputs: Inputs) -> Shares:
+    out: Shares = {}
+    node = inputs.state.node.ips
+    for pf in ports:
+        p = pf.port
+        src = default_source(node, (), p.cluster_ip)
+        if src is None:
+            continue
+        family = IPFamily.of(p.cluster_ip)
+        if family not in rules:
+            rules[family] = be.compile(inputs.state, inputs.config, family)
+        pkt = Packet(src, p.cluster_ip, p.port, p.protocol.lower, local_addresses=node)
+        out[id(pf)] = endpoints(be.trace(rules[family], pkt))
+    return out
 
 
 def text(ports: tuple[PortFlows, ...], shares: Shares | None = None) -> str:

@@ -11,13 +11,14 @@ import json
 import shutil
 import socket
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from netkit.netns import socket_in
-from tests.conftest import need_root_and, route_out, run_netkit
+from tests.conftest import ROOT, need_root_and, route_out, run_netkit
 from tests.daemon.e2e import web_service, web_slice
 
 pytestmark = pytest.mark.netns
@@ -103,6 +104,14 @@ def test_flows_counts_each_endpoints_connections_and_flags_stale_ones(node_ns: s
         text = run_netkit("flows", "-f", str(only_b), *ARGS[:6], "--netns", node_ns).stdout
         assert f"default/dns:http (udp) 10.96.0.53:53  {UDP_FLOWS} flows" in text
         assert f"{EP_A}:5353" in text and "stale: not a serving endpoint" in text
+        # --watch reads the table again and again (stopped here by the timeout, as by Ctrl-C)
+        with pytest.raises(subprocess.TimeoutExpired) as stopped:
+            subprocess.run([sys.executable, "-m", "netkit", "flows", "-f", str(only_b), *ARGS[:6], "--netns", node_ns,
+                            "--watch", "0.2"], capture_output=True, text=True, cwd=ROOT, timeout=20)
+        pages = (stopped.value.stdout or b"").decode() if isinstance(stopped.value.stdout, bytes) \
+            else stopped.value.stdout or ""
+        assert pages.count("\n--- ") + pages.startswith("--- ") >= 2  # a time line per page
+        assert pages.count(f"10.96.0.53:53  {UDP_FLOWS} flows") >= 2
     finally:
         for s in socks:
             s.close()

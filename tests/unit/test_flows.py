@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from ipaddress import ip_address
 
-from netkit.cli.flows import predicted, text, to_json
+import pytest
+
+from netkit.cli import main
+from netkit.cli.flows import predicted, text, to_json, watch
 from netkit.cli.inputs import Inputs
 from netkit.config import Config
 from netkit.model import Protocol, build
@@ -77,3 +80,25 @@ def test_trace_predicts_the_shares_beside_the_observed_ones() -> None:
         rows = {e["ip"]: (e["flows"], e["predicted"]) for e in to_json(ports, shares)["services"][0]["endpoints"]}  # type: ignore[index]
         assert rows == {A: (1, 0.5), GONE: (1, 0.0), B: (0, 0.5)}, mode
     assert "  10.240.0.5:5353               0    0.0%  (trace:  50.0%)" in text(ports, shares)
+
+
+def test_watch_renders_again_until_ctrl_c(capsys: pytest.CaptureFixture[str]) -> None:
+    pages = iter(["first\n", "second\n"])
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        watch(lambda: next(pages), 1.5, sleep)
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if not line.startswith("--- ")] == ["first", "second"] and sleeps == [1.5, 1.5]
+    assert len([line for line in out if line.startswith("--- ")]) == 2  # not a terminal: a time line per page
+
+
+@pytest.mark.parametrize("argv", [["--watch", "-o", "json"], ["--watch", "0"]])
+def test_watch_refuses_structured_output_and_no_interval(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["flows", "-f", "nothing.yaml", *argv]) == 2
+    assert capsys.readouterr().err.startswith("netkit: error: --watch:")
