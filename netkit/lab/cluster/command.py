@@ -94,6 +94,12 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     tr.add_argument("-v", "--verbose", action="store_true")
     tr.set_defaults(func=cmd_trace)
 
+    fl = sub.add_parser("flows", parents=[which], help="netkit flows on a node: live connections per endpoint")
+    fl.add_argument("--node", required=True, help="whose conntrack table to read")
+    fl.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    fl.add_argument("-w", "--watch", nargs="?", type=float, const=2.0, default=None, metavar="SECONDS")
+    fl.set_defaults(func=cmd_flows)
+
 
 def count(low: int, high: int) -> Any:
     def parse(text: str) -> int:
@@ -276,6 +282,32 @@ def cmd_trace(args: argparse.Namespace) -> int:
     argv = ["trace", "--netns", netns, "--mode", c.mode, "--from", src, "--to", args.to,
             *(["--in-interface", iface] if iface else []), *(["-v"] if args.verbose else [])]
     return netkit_main(argv)
+
+
+def cmd_flows(args: argparse.Namespace) -> int:
+    """`netkit flows` in the node's namespace, over the Services, EndpointSlices and Nodes the
+    cluster's API server holds now (written to a manifest file for it)."""
+    import tempfile
+
+    from netkit.lab.cluster import lifecycle  # here, not at the top: every netkit command builds this parser
+    from netkit.lab.cluster.api import Api
+
+    lifecycle.need_root()
+    record = chosen(args)
+    node = record.cluster.node(args.node)
+    api = Api(record.api_port)
+    kinds = {"services": ("v1", "Service"), "endpointslices": ("discovery.k8s.io/v1", "EndpointSlice"),
+             "nodes": ("v1", "Node")}
+    items = [{**item, "apiVersion": version, "kind": kind}
+             for plural, (version, kind) in kinds.items() for item in api.list(plural)]
+    from netkit.cli import main as netkit_main
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump({"apiVersion": "v1", "kind": "List", "items": items}, f)
+        f.flush()
+        return netkit_main(["flows", "-f", f.name, "--netns", node.netns, "--mode", record.cluster.mode,
+                            "--node-name", node.name, "-o", args.output,
+                            *(["--watch", str(args.watch)] if args.watch is not None else [])])
 
 
 def cmd_status(args: argparse.Namespace) -> int:
