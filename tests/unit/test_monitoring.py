@@ -16,13 +16,14 @@ from typing import Any
 import promql_parser
 import pytest
 
-from netkit.dns.command import PLUGINS
+from netkit.dns.config import DEFAULTS, from_corefile, plugins_enabled
+from netkit.dns.corefile import parse
 from netkit.dns.endpoints import registry
 from netkit.dns.metrics import DnsMetrics
 from netkit.model import IPFamily
 from netkit.rules.registry import MODES
 from netkit.runtime.metrics import Metrics
-from netkit.yamlload import safe_load
+from netkit.yamlload import safe_load, safe_load_all
 
 MONITORING = Path(__file__).parents[2] / "deploy" / "monitoring"
 RULES, RULE_TESTS, DASHBOARD = (MONITORING / n for n in ("netkit-rules.yaml", "netkit-rules.test.yaml",
@@ -92,10 +93,17 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+def deployed_plugins() -> tuple[str, ...]:
+    """The plugins deploy/dns's Corefile (kubeadm's) enables: what the DNS pods serve metrics for."""
+    docs = safe_load_all((MONITORING.parent / "dns" / "20-config.yaml").read_text())
+    corefile = next(d for d in docs if d and d.get("kind") == "ConfigMap")["data"]["Corefile"]
+    return plugins_enabled(from_corefile(parse(corefile, "Corefile"), DEFAULTS, "Corefile"))
+
+
 def served() -> set[str]:
     """Every series name the daemon (each mode, both families) and `netkit dns` serve."""
     pages = [Metrics(mode, (IPFamily.IPV4, IPFamily.IPV6)).render().decode() for mode in MODES]
-    pages.append(registry_text(DnsMetrics("dns://:53", plugins=PLUGINS)))
+    pages.append(registry_text(DnsMetrics("dns://:53", plugins=deployed_plugins())))
     names = set()
     for page in pages:
         for line in page.splitlines():
