@@ -17,10 +17,13 @@ from typing import Any
 
 import pytest
 
+from netkit.lab import pause
 from netkit.lab.cluster import lifecycle, state
 from netkit.lab.cluster.state import Record
 from netkit.lab.sockets import Outcome, Reply, connect
 from tests.conftest import need_root_and
+
+UP_TIMEOUT = "180"  # seconds `up` may wait for every node's first sync: a loaded machine takes minutes
 
 
 def need_kubectl() -> None:
@@ -31,7 +34,7 @@ def need_kubectl() -> None:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Record]:
     need_root_and("ip", "iptables-restore")
-    record = lifecycle.up(3, "iptables", 2)
+    record = lifecycle.up(3, "iptables", 2, timeout=float(UP_TIMEOUT))
     try:
         yield record
     finally:
@@ -101,3 +104,26 @@ def answered_by(record: Record, where: str, dst: str, port: int, count: int = 30
 def in_pod(record: Record, pod: str, argv: list[str], timeout: float = 15) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", "netns", "exec", netns(record, pod), *argv], capture_output=True, text=True,
                           timeout=timeout)
+
+
+class Held:
+    """A `netkit lab cluster` command held at named points (netkit/lab/pause.py): `env` for the
+    command, `wait(point, proc)` until `proc` is held there (failing if it exits first)."""
+
+    def __init__(self, where: Path, *points: str) -> None:
+        where.mkdir(parents=True, exist_ok=True)
+        self.where = where
+        self.env = {pause.DIR_ENV: str(where), pause.AT_ENV: ",".join(points)}
+
+    def wait(self, point: str, proc: subprocess.Popen[str], timeout: float = 90.0) -> None:
+        reached = self.where / f"{point}.reached"
+        deadline = time.monotonic() + timeout
+        while not reached.exists():
+            if proc.poll() is not None:
+                raise AssertionError(f"exited ({proc.returncode}) before {point}: "
+                                     + (proc.stderr.read() if proc.stderr else ""))
+            assert time.monotonic() < deadline, f"not at {point} after {timeout} s"
+            time.sleep(0.02)
+
+    def go(self, point: str) -> None:
+        (self.where / f"{point}.go").touch()

@@ -1,7 +1,7 @@
 """`netkit lab cluster down --all` finds what crashes and interrupted `up`s left behind, and nothing
-else: each test records its clusters in state directories of its own (NETKIT_LAB_STATE_DIR), so
-`down --all` there cannot touch the clusters of parallel tests (which use /run/netkit-lab), and a
-cluster in a second state directory must survive it untouched.
+else: each test records its clusters in state directories of its own (NETKIT_LAB_STATE_DIR,
+`tests.conftest.own_state_dir`), so `down --all` there cannot touch the clusters of parallel tests
+(which use their worker's), and a cluster in a second state directory must survive it untouched.
 
 Crashes are real: the control plane and daemons SIGKILLed (stale record, live namespaces and
 veths, orphaned processes), the record deleted as well, `up` SIGKILLed while it builds, and
@@ -23,7 +23,8 @@ import pytest
 
 from netkit.lab.cluster import build, lifecycle, plan
 from netkit.lab.state import DEFAULT_STATE_DIR, STATE_DIR_ENV
-from tests.conftest import need_root_and
+from tests.conftest import need_root_and, own_state_dir
+from tests.lab_cluster.conftest import UP_TIMEOUT, Held, eventually
 
 pytestmark = pytest.mark.netns
 
@@ -40,12 +41,13 @@ class StateDir:
     def cluster_dir(self, cid: str) -> Path:
         return self.path / "clusters" / cid
 
-    def netkit(self, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    def netkit(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "netkit", "lab", "cluster", *args], capture_output=True,
                               text=True, timeout=timeout, env=self.env)
 
     def up(self, nodes: int, pods_per_node: int) -> str:
-        done = self.netkit("up", "--nodes", str(nodes), "--pods-per-node", str(pods_per_node), "-o", "json")
+        done = self.netkit("up", "--nodes", str(nodes), "--pods-per-node", str(pods_per_node), "--timeout", UP_TIMEOUT,
+                           "-o", "json")
         assert done.returncode == 0, done.stderr
         cid = str(json.loads(done.stdout)["id"])
         assert all(ns.startswith(self.prefix + cid + "-") for ns in self.namespaces(cid))
@@ -86,9 +88,9 @@ def kill(pids: list[int]) -> None:
             pass
 
 
-def test_down_all_removes_crashed_clusters_and_nothing_else(tmp_path: Path) -> None:
+def test_down_all_removes_crashed_clusters_and_nothing_else() -> None:
     need_root_and("ip", "iptables-restore")
-    mine, theirs = StateDir(tmp_path / "mine"), StateDir(tmp_path / "theirs")
+    mine, theirs = StateDir(own_state_dir("mine")), StateDir(own_state_dir("theirs"))
     assert mine.prefix != theirs.prefix and plan.NETNS_PREFIX not in (mine.prefix, theirs.prefix)
     veths_before = root_veths()
     lookalike = f"{mine.prefix}notours"  # our prefix, but no cluster id after it: not netkit's
@@ -98,11 +100,13 @@ def test_down_all_removes_crashed_clusters_and_nothing_else(tmp_path: Path) -> N
         crashed, orphaned = mine.up(2, 1), mine.up(1, 1)
         survivor = theirs.up(1, 0)
         # crashed: the control plane SIGKILLed, its daemons and DNS servers orphaned, the record stale
-        kill([mine.control_pid(crashed)])
+        control = mine.control_pid(crashed)
+        kill([control])
         # orphaned: every process SIGKILLed and the record deleted; only namespaces (and veths) remain
         kill(lifecycle.processes(str(mine.cluster_dir(orphaned))))
         shutil.rmtree(mine.cluster_dir(orphaned))
-        time.sleep(0.2)
+        eventually(lambda: not lifecycle.alive(control, str(mine.cluster_dir(crashed)))
+                   and not lifecycle.processes(str(mine.cluster_dir(orphaned))), 30, "the SIGKILLed processes to go")
         assert mine.of(crashed)["processes"] and veths_in(mine.namespaces(crashed)) >= 2 + 3
         assert not mine.of(orphaned)["record"] and veths_in(mine.namespaces(orphaned)) >= 1 + 2
         states = {s["id"]: s["state"] for s in json.loads(mine.netkit("status", "-o", "json").stdout)}
@@ -139,24 +143,28 @@ def test_down_all_removes_crashed_clusters_and_nothing_else(tmp_path: Path) -> N
 @pytest.mark.parametrize("how", ["sigkill", "ctrl-c", "ctrl-c-twice"])
 def test_down_all_after_up_was_interrupted_while_building(tmp_path: Path, how: str) -> None:
     """SIGKILL leaves the record and namespaces; Ctrl-C makes `up` remove everything itself before it
-    exits; a second Ctrl-C interrupts that teardown. In each case `down --all` leaves nothing."""
+    exits; a second Ctrl-C interrupts that teardown. In each case `down --all` leaves nothing. `up` is
+    held where the namespaces exist and nothing is wired (and, for the second Ctrl-C, where its
+    teardown is about to delete them): the signal lands there however busy the machine is."""
     need_root_and("ip", "iptables-restore")
-    mine = StateDir(tmp_path / "mine")
+    mine = StateDir(own_state_dir("mine"))
+    held = Held(tmp_path / "held", "cluster-namespaces", "cluster-down")
     cid = os.urandom(3).hex()
     proc = subprocess.Popen([sys.executable, "-m", "netkit", "lab", "cluster", "up", "--nodes", "2", "--id", cid],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=mine.env,
-                            start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**mine.env, **held.env}, start_new_session=True)
     try:
-        deadline = time.monotonic() + 30
-        while not mine.namespaces(cid):  # building: the record is written, namespaces are appearing
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.005)
+        held.wait("cluster-namespaces", proc)
+        building = mine.of(cid)
+        assert building["record"] and building["namespaces"] and not building["processes"], building
         interrupt = signal.SIGKILL if how == "sigkill" else signal.SIGINT
-        os.killpg(proc.pid, interrupt)  # up and its `ip` children, as a terminal's Ctrl-C
+        os.killpg(proc.pid, interrupt)  # up and any children, as a terminal's Ctrl-C
         if how == "ctrl-c-twice":
-            time.sleep(0.1)
+            held.wait("cluster-down", proc)  # the first Ctrl-C's teardown, before it deletes anything
             os.killpg(proc.pid, signal.SIGINT)
-        rc = proc.wait(30)
+        elif how == "ctrl-c":
+            held.go("cluster-down")
+        rc = proc.wait(60)
         stderr = proc.stderr.read() if proc.stderr else ""
         assert "Traceback" not in stderr, stderr
         left = mine.of(cid)
@@ -164,6 +172,8 @@ def test_down_all_after_up_was_interrupted_while_building(tmp_path: Path, how: s
             assert rc == -signal.SIGKILL and left["record"] and left["namespaces"], left
         elif how == "ctrl-c":
             assert rc == 128 + signal.SIGINT and left == NOTHING, (rc, stderr, left)
+        else:
+            assert rc == 128 + signal.SIGINT and left["record"] and left["namespaces"], (rc, stderr, left)
         done = mine.netkit("down", "--all")
         assert done.returncode == 0, done.stderr
         assert done.stdout == ("" if left == NOTHING else f"cluster {cid} removed\n"), done.stdout

@@ -19,12 +19,13 @@ from netkit.lab.cluster import build, lifecycle, plan, state
 from netkit.lab.cluster.api import Api
 from netkit.lab.sockets import connect
 from netkit.lab.state import DEFAULT_STATE_DIR, STATE_DIR_ENV
-from tests.conftest import need_root_and
+from tests.conftest import need_root_and, own_state_dir
+from tests.lab_cluster.conftest import UP_TIMEOUT, Held, eventually
 
 pytestmark = pytest.mark.netns
 
 
-def netkit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def netkit(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "netkit", "lab", "cluster", *args], capture_output=True,
                           text=True, timeout=timeout)
 
@@ -33,7 +34,7 @@ def leftovers(cid: str) -> dict[str, object]:
     marker = str(state.cluster_dir(cid))
     return {"namespaces": build.leftovers(cid), "processes": lifecycle.processes(marker),
             "record": state.cluster_dir(cid).exists(),
-            "etc": sorted(p.name for p in Path("/etc/netns").glob(f"nkc{cid}-*"))}
+            "etc": sorted(p.name for p in Path("/etc/netns").glob(f"{state.NETNS_PREFIX}{cid}-*"))}
 
 
 NOTHING = {"namespaces": [], "processes": [], "record": False, "etc": []}
@@ -42,7 +43,7 @@ NOTHING = {"namespaces": [], "processes": [], "record": False, "etc": []}
 def test_up_and_down_through_the_command_leave_nothing() -> None:
     need_root_and("ip", "iptables-restore")
     started = time.monotonic()
-    up = netkit("up", "--nodes", "3", "-o", "json")
+    up = netkit("up", "--nodes", "3", "--timeout", UP_TIMEOUT, "-o", "json")
     assert up.returncode == 0, up.stderr
     cid = json.loads(up.stdout)["id"]
     try:
@@ -64,7 +65,7 @@ def test_up_and_down_through_the_command_leave_nothing() -> None:
 
 def test_down_after_a_crash_leaves_nothing() -> None:
     need_root_and("ip", "iptables-restore")
-    record = lifecycle.up(2, "nftables", 1)
+    record = lifecycle.up(2, "nftables", 1, timeout=float(UP_TIMEOUT))
     cid = record.cluster_id
     try:
         for args, says in [(("exec", "-c", cid, "nope", "--", "true"), "no pod or node 'nope'"),
@@ -86,7 +87,8 @@ def test_down_after_a_crash_leaves_nothing() -> None:
         assert traced.returncode == 0 and traced.stdout.count("DNAT") == 2, traced.stdout + traced.stderr
         assert len(leftovers(cid)["processes"]) == 1 + 2 + 2  # control plane, 2 daemons, 2 DNS pods
         os.kill(record.control_pid, signal.SIGKILL)  # its daemons and DNS servers are orphaned
-        time.sleep(0.2)
+        eventually(lambda: not lifecycle.alive(record.control_pid, str(state.cluster_dir(cid))), 30,
+                   "the control plane to go")
         assert json.loads(netkit("status", "-c", cid, "-o", "json").stdout)[0]["state"].startswith("DOWN")
         assert leftovers(cid)["processes"]
     finally:
@@ -111,7 +113,7 @@ def test_bad_input_is_one_line_and_exit_2(args: tuple[str, ...]) -> None:
 def test_up_without_root_or_a_tool_creates_nothing(tmp_path: Path, why: str) -> None:
     """Checked before anything is made: one line, exit 2, no record, no namespace."""
     need_root_and("ip", "unshare")
-    state_dir = tmp_path / "state"
+    state_dir = own_state_dir("state")
     env = {**os.environ, STATE_DIR_ENV: str(state_dir)}
     argv = [sys.executable, "-m", "netkit", "lab", "cluster", "up", "--nodes", "2", "--mode", "nftables"]
     if why == "not root":
@@ -126,7 +128,7 @@ def test_up_without_root_or_a_tool_creates_nothing(tmp_path: Path, why: str) -> 
     failed = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1 and says in failed.stderr, failed.stderr
     prefix = plan.netns_prefix(str(state_dir.resolve()), str(DEFAULT_STATE_DIR))
-    assert not state_dir.exists() and build.leftovers(prefix=prefix) == []
+    assert not any(state_dir.iterdir()) and build.leftovers(prefix=prefix) == []
 
 
 BROKEN_IP = """#!/bin/sh
@@ -147,7 +149,7 @@ def test_a_cluster_whose_build_fails_halfway_is_removed_before_the_error(tmp_pat
     tools.mkdir()
     (tools / "ip").write_text(BROKEN_IP.replace("REAL", shutil.which("ip") or "/usr/sbin/ip"))
     (tools / "ip").chmod(0o755)
-    state_dir = tmp_path / "state"
+    state_dir = own_state_dir("state")
     env = {**os.environ, STATE_DIR_ENV: str(state_dir), "PATH": f"{tools}:{os.environ['PATH']}"}
     failed = subprocess.run([sys.executable, "-m", "netkit", "lab", "cluster", "up", "--nodes", "2"],
                             capture_output=True, text=True, timeout=60, env=env)
@@ -162,28 +164,30 @@ def test_a_cluster_that_cannot_be_built_is_removed_before_the_error() -> None:
     need_root_and("ip", "ipvsadm")
     if Path("/proc/net/ip_vs").exists():
         pytest.skip("this kernel has IPVS: the ipvs cluster would build")
-    failed = netkit("up", "--nodes", "2", "--mode", "ipvs", timeout=90)
+    failed = netkit("up", "--nodes", "2", "--mode", "ipvs")
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
     assert "could not be built and was removed" in failed.stderr and "ipvs" in failed.stderr
     cid = failed.stderr.split("cluster ", 1)[1].split()[0]
     assert leftovers(cid) == NOTHING
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_up_interrupted_removes_what_it_built(sig: signal.Signals) -> None:
+def test_up_interrupted_removes_what_it_built(sig: signal.Signals, tmp_path: Path) -> None:
+    """`up` held once its control plane is ready (every process running, before it returns): the
+    signal lands there however busy the machine is, and `up` removes it all before exiting."""
     need_root_and("ip", "iptables-restore")
+    held = Held(tmp_path / "held", "cluster-control-plane")
     cid = os.urandom(3).hex()
-    proc = subprocess.Popen([sys.executable, "-m", "netkit", "lab", "cluster", "up", "--nodes", "2", "--id", cid],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "netkit", "lab", "cluster", "up", "--nodes", "2", "--id", cid,
+                             "--timeout", UP_TIMEOUT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **held.env})
     try:
-        deadline = time.monotonic() + 30
-        while not (state.cluster_dir(cid) / "kubeconfig").exists():  # mid-way: the control plane is up
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
-            time.sleep(0.02)
+        held.wait("cluster-control-plane", proc, timeout=240)
+        assert (state.cluster_dir(cid) / "kubeconfig").exists() and len(leftovers(cid)["processes"]) >= 1 + 2
         proc.send_signal(sig)
-        assert proc.wait(30) == 128 + sig
+        assert proc.wait(60) == 128 + sig
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-            lifecycle.down(cid)
+        lifecycle.down(cid)
     assert leftovers(cid) == NOTHING

@@ -8,7 +8,6 @@ removes netkit's table and nothing else; a refused transaction changes nothing.
 from __future__ import annotations
 
 import subprocess
-import uuid
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
 
@@ -35,7 +34,7 @@ from netkit.rules.nftables.plan import Transaction, plan, render_prelude, render
 from netkit.rules.nftables.rule import read
 from netkit.rules.nftables.ruleset import Chain, Element
 from netkit.sources.manifests import load
-from tests.conftest import EXAMPLES, need_root_and
+from tests.conftest import EXAMPLES, need_root_and, netns_name
 from tests.unit.nft_states import node_states
 
 CONFIG = Config(cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:244::/48")))
@@ -266,7 +265,7 @@ def test_affinity_sets_are_created_alone_before_the_rules_that_use_them(netns: s
 def test_a_namespace_created_again_under_the_same_name_is_read_again() -> None:
     """The generation's socket belongs to the namespace it was opened in: a new namespace under the
     same name (netkit's table gone with the old one) must be read, not trusted."""
-    name = f"nkgen-{uuid.uuid4().hex[:8]}"
+    name = netns_name("nkgen")
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
         state = build(load([str(EXAMPLES)]).objects, "node-a")

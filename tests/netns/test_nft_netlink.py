@@ -7,7 +7,6 @@ refused and changes nothing; a refused batch is one KernelError with nothing cha
 from __future__ import annotations
 
 import subprocess
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
@@ -23,7 +22,7 @@ from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.plan import plan
 from netkit.rules.nftables.ruleset import Element, Ruleset
-from tests.conftest import need_root_and
+from tests.conftest import need_root_and, netns_name
 
 CONFIG = Config(cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:244::/48")))
 
@@ -36,7 +35,7 @@ def _tools() -> None:
 @pytest.fixture
 def two_netns() -> Iterator[tuple[str, str]]:
     """Two fresh namespaces (netlink's, nft's); both removed afterwards, also on failure."""
-    names = [f"nkl-{uuid.uuid4().hex[:10]}" for _ in range(2)]
+    names = [netns_name("nkl") for _ in range(2)]
     try:
         for name in names:
             subprocess.run(["ip", "netns", "add", name], check=True)
@@ -236,7 +235,7 @@ def good_end(ps: tuple[ServicePortState, ...]) -> Ruleset:
 def test_a_namespace_created_again_is_written_through_a_new_socket() -> None:
     """The writer's socket belongs to the namespace it was opened in: after the namespace is
     created again under the same name, a batch must change the new one."""
-    name = f"nkl-{uuid.uuid4().hex[:10]}"
+    name = netns_name("nkl")
     ps = start(IPFamily.IPV4)
     a = compile(NodeState(NodeInfo("node-a"), ps), CONFIG, IPFamily.IPV4)
     b = good_end(ps)

@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from ipaddress import ip_network
 
@@ -26,7 +25,7 @@ from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.plan import plan
 from netkit.sources.manifests import decode_text
-from tests.conftest import need_root_and
+from tests.conftest import need_root_and, netns_name
 
 MANIFESTS = """
 apiVersion: v1
@@ -142,8 +141,7 @@ def sh(*argv: str) -> None:
 @pytest.fixture
 def lab(netns: str) -> Iterator[dict[str, str]]:
     need_root_and("nft", "ip")
-    tag = uuid.uuid4().hex[:8]
-    backends = {"b1": f"nkt-b1-{tag}", "b2": f"nkt-b2-{tag}"}
+    backends = {"b1": netns_name("nkt-b1"), "b2": netns_name("nkt-b2")}
     servers: list[subprocess.Popen[str]] = []
     try:
         for i, (name, ns) in enumerate(backends.items(), start=1):

@@ -52,5 +52,6 @@ def test_what_loading_a_module_does_is_no_change() -> None:
              "interfaces": ["1: lo: <LOOPBACK,UP> mtu 65536", "5: tunl0@NONE: <NOARP> mtu 1480",
                             "6: ifb0: <BROADCAST,NOARP> mtu 1500"]}
     assert changes(before, after) == []
-    after["interfaces"] = [*after["interfaces"], "7: nk-veth0: <BROADCAST> mtu 1500"]
-    assert changes(before, after) == ["interfaces: +nk-veth0"]
+    after["interfaces"] = [*after["interfaces"], "7: nk-veth0: <BROADCAST> mtu 1500",
+                           "8: veth9@if2: <BROADCAST> mtu 1500 link-netns nkt-0a1b2c3d-x"]
+    assert changes(before, after) == ["interfaces: +nk-veth0"]  # the veth into a namespace: leftovers.py

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.conftest import netns_name
+
 CLONE_NEWNET = 0x40000000
 NODE_IP, CLIENT_IP, GATEWAY_PODS = "192.0.2.10", "192.0.2.100", "10.244.1.1"
 POD_IPS = ("10.244.1.11", "10.244.1.12", "10.244.1.13")
@@ -37,8 +39,7 @@ def sh(*cmd: str) -> str:
 
 class Lab:
     def __init__(self) -> None:
-        tag = uuid.uuid4().hex[:6]
-        self.node, self.client, self.pods = f"nkv-node-{tag}", f"nkv-cli-{tag}", f"nkv-pods-{tag}"
+        self.node, self.client, self.pods = netns_name("nkv-node"), netns_name("nkv-cli"), netns_name("nkv-pods")
         self.server: subprocess.Popen[str] | None = None
 
     def up(self) -> Lab:

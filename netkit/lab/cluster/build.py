@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from netkit.lab import pause
 from netkit.lab.build import create_namespaces, existing, ip_batch, list_lab_namespaces, remove, run_batches
 from netkit.lab.cluster import state, wiring
 from netkit.lab.cluster.plan import CLUSTER_DOMAIN, DNS_SERVICE_IP, Cluster, Kind, Pod, netns_pattern
@@ -26,6 +27,7 @@ def build(cluster: Cluster) -> None:
     create_namespaces(cluster.namespaces)
     for ns, values in wiring.sysctls(cluster).items():
         write_sysctls(ns, values)
+    pause.point("cluster-namespaces")
     run_batches(wiring.link_batches(cluster), "links")
     run_batches(wiring.address_batches(cluster), "addresses")
     run_batches(wiring.route_batches(cluster), "routes")

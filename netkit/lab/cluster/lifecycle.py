@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from netkit.lab import pause
 from netkit.lab.cluster import build, nodehttp, objects, plan, state
 from netkit.lab.cluster.api import Api
 from netkit.lab.cluster.plan import Cluster, Pod
@@ -74,6 +75,7 @@ def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0, clus
         try:
             build.build(cluster)
             start_control_plane(cid, timeout)
+            pause.point("cluster-control-plane")
         except (LabError, OSError) as exc:  # OSError: e.g. /etc/netns read-only
             down(cid)
             why = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename else str(exc)
@@ -118,6 +120,7 @@ def down(cid: str) -> None:
             break
         control = [p for p in pids if alive(p, "netkit.lab.cluster.controlplane")]
         stop_pids(control or pids, marker, grace=6.0 if control else 3.0)
+    pause.point("cluster-down")
     names = set(build.leftovers(cid)) | set(record.cluster.namespaces if record else ())
     build.remove_namespaces(sorted(names))
     state.forget(cid)
