@@ -242,7 +242,7 @@ def settle(scope: Scope, before: Picture, timeout: float = 10.0, steady: float =
 def remove(found: Picture) -> None:
     """Delete what `found` lists: processes first (TERM, then KILL), then namespaces (their veths go
     with them), /etc/netns directories and records."""
-    procs = [key.split(":") for key in found.get("processes", {})]
+    procs = [(pid, started) for pid, _, started in (key.partition(":") for key in found.get("processes", {}))]
     for pid, _ in procs:
         signal_pid(int(pid), signal.SIGTERM)
     deadline = time.monotonic() + 5
@@ -253,14 +253,14 @@ def remove(found: Picture) -> None:
         signal_pid(int(pid), signal.SIGKILL)
     for name in found.get("network namespaces", {}):
         subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
-    for path in found.get("/etc/netns directories", {}).values():
-        shutil.rmtree(path, ignore_errors=True)
-    for path in map(Path, found.get("lab records", {})):
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
+    for etc in found.get("/etc/netns directories", {}).values():
+        shutil.rmtree(etc, ignore_errors=True)
+    for record in map(Path, found.get("lab records", {})):
+        if record.is_dir():
+            shutil.rmtree(record, ignore_errors=True)
         else:
-            path.unlink(missing_ok=True)
-            path.with_suffix(".log").unlink(missing_ok=True)
+            record.unlink(missing_ok=True)
+            record.with_suffix(".log").unlink(missing_ok=True)
 
 
 def same_process(pid: int, started: str) -> bool:

@@ -14,6 +14,7 @@ Theory of operation, by module:
 - `probe`: Scapy-crafted probes and sniffers at the backends: the DNATed destination and the source.
 - `stats`: chi-square goodness of fit for spread tests.
 - `state`: records of running labs under /run/netkit-lab (`netkit lab status`, `down --stale`).
+- `pause`: named points where `lab cluster up`/`down` can be held for a test (unset: no effect).
 - `lab`: the `Lab` value and `start` / `stop` / `running`.
 - `command`: `netkit lab up|down|status`.
 
