@@ -104,7 +104,7 @@ def processes(scope: Scope) -> dict[str, str]:
             started = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[19]
         except (OSError, IndexError):
             continue
-        if cmdline and runs_ours(scope, cmdline, environ, markers):
+        if cmdline and runs_ours(scope, cmdline, environ, markers):  # (a zombie's is empty)
             shown = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
             found[f"{entry}:{started}"] = f"pid {entry}: {shown}"
     return found
@@ -116,7 +116,7 @@ def runs_ours(scope: Scope, cmdline: bytes, environ: list[bytes], markers: list[
     if tag is not None:
         worker = env.get(WORKER_ENV.encode(), b"").decode()
         return tag.decode() == scope.session and (scope.worker is None or worker == scope.worker)
-    return scope.worker is None and any(m.encode() in cmdline for m in markers)
+    return scope.worker is None and any(re.search(re.escape(m.encode()) + rb"(/|:|\0|$)", cmdline) for m in markers)
 
 
 def pytest_processes() -> set[int]:

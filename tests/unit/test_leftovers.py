@@ -1,0 +1,59 @@
+"""How the leftovers guard (tests/leftovers.py) tells this run's objects from another run's: by the
+run's tag in names and environments, by the checkout and state directories on command lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.leftovers import Scope, new, runs_ours
+
+RUN = Scope("1a2b3c4d", None, Path("/tmp/netkit-test-1a2b3c4d"), Path("/work/wt/guard"))
+WORKER = Scope("1a2b3c4d", "gw1", RUN.state_root, RUN.checkout)
+MARKERS = [str(RUN.checkout), str(RUN.state_root)]
+
+
+@pytest.mark.parametrize(("name", "run", "worker"), [
+    ("nkt-1a2b3c4d-0f0f0f0f", True, False),
+    ("nkt-1a2b3c4dgw1-0f0f0f0f", True, True),
+    ("nkgen-1a2b3c4dgw0-0f0f0f0f", True, False),
+    ("nkt-9a2b3c4d-0f0f0f0f", False, False),  # another run's
+    ("nkt-0f0f0f0f", False, False),  # a name without any run's tag
+    ("nkt-1a2b3c4dx-0f0f0f0f", False, False),
+])
+def test_a_namespace_is_the_runs_when_its_name_carries_the_tag(name: str, run: bool, worker: bool) -> None:
+    assert RUN.names_ours(name) is run and WORKER.names_ours(name) is worker
+
+
+def env(**values: str) -> list[bytes]:
+    return [f"{k}={v}".encode() for k, v in {"PATH": "/usr/bin", **values}.items()]
+
+
+@pytest.mark.parametrize(("cmdline", "environ", "run", "worker"), [
+    (b"sleep\x00600", env(NETKIT_TEST_RUN="1a2b3c4d"), True, False),
+    (b"sleep\x00600", env(NETKIT_TEST_RUN="1a2b3c4d", PYTEST_XDIST_WORKER="gw1"), True, True),
+    (b"/work/wt/guard/.venv/bin/python\x00-m\x00netkit", env(NETKIT_TEST_RUN="9a2b3c4d"), False, False),
+    (b"/work/wt/guard/.venv/bin/python\x00-m\x00netkit", env(), True, False),  # started without the tag
+    (b"netkit\x00run\x00--config\x00/tmp/netkit-test-1a2b3c4d/gw0/clusters/abc123/c.conf", env(), True, False),
+    (b"/work/wt/guardian/.venv/bin/python\x00-m\x00netkit", env(), False, False),  # another checkout
+    (b"sleep\x00600", env(), False, False),
+])
+def test_a_process_is_the_runs_by_its_tag_or_else_by_what_it_names(cmdline: bytes, environ: list[bytes],
+                                                                    run: bool, worker: bool) -> None:
+    assert runs_ours(RUN, cmdline, environ, MARKERS) is run
+    assert runs_ours(WORKER, cmdline, environ, MARKERS) is worker
+
+
+def test_only_what_appeared_is_listed() -> None:
+    before = {"processes": {"1:5": "pid 1: init"}, "network namespaces": {}}
+    after = {"processes": {"1:5": "pid 1: init", "7:9": "pid 7: sleep 600"},
+             "network namespaces": {"nkt-1a2b3c4d-0f": "nkt-1a2b3c4d-0f"}}
+    assert new(before, after) == ["network namespaces: nkt-1a2b3c4d-0f", "processes: pid 7: sleep 600"]
+    assert new(after, after) == []
+
+
+def test_a_workers_state_directories() -> None:
+    assert WORKER.worker_owns("gw1") and WORKER.worker_owns("gw1.mine-0a0b0c")
+    assert not WORKER.worker_owns("gw10") and not WORKER.worker_owns("gw0")
+    assert RUN.worker_owns("gw0") and Scope("1a2b3c4d", "", RUN.state_root, RUN.checkout).worker_owns("main")
