@@ -84,7 +84,8 @@ def hit(record: Record, where: str, dst: str, port: int, proto: str = "tcp", tim
     return connect(netns(record, where), dst, port, proto, timeout=timeout)
 
 
-def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    """`check()`'s first true value; a generous bound, since a busy machine's daemons sync late."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
