@@ -8,7 +8,7 @@
                                                                     │     (own thread: conntrack over netlink)
                                                                     └─► health check node ports
     Store ─► changes ─► DNS view (--dns-listen): rebuilt on every change, never waiting for a rule sync
-    /healthz /livez (ProxyHealth)      /metrics (kube-proxy's names)
+    /healthz /livez (ProxyHealth)      /metrics (kube-proxy's names), /proxyMode (the mode)
 
 Nothing is written until every source has completed its first list (a restart never flushes working
 rules, an API outage never empties them: the store keeps the last known objects while reflectors
@@ -222,7 +222,12 @@ class Daemon:
                 return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8",
                                     headers={"X-Content-Type-Options": "nosniff"})
 
+            async def proxy_mode(_: web.Request) -> web.Response:  # kube-proxy's serveMetrics: the mode, no newline
+                return web.Response(text=self.options.config.mode, content_type="text/plain", charset="utf-8",
+                                    headers={"X-Content-Type-Options": "nosniff"})
+
             app.router.add_get("/metrics", metrics)
+            app.router.add_get("/proxyMode", proxy_mode)
             servers.append(("metrics", app, self.options.metrics_address))
         for name, app, address in servers:
             runner = web.AppRunner(app, access_log=None)

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from netkit.netns import socket_in
+from tests.conftest import need_root_and
 
 from .conftest import run
 from .e2e import Running, running_daemon
@@ -256,3 +258,24 @@ def test_node_cidr_waits_for_the_nodes_pod_cidrs(netns: str, tmp_path: Path) -> 
             assert "10.244.1.0/24" in text and "10.244.0.0/16" not in text, text[:2000]
 
     run(scenario(), timeout=40)
+
+
+@pytest.mark.parametrize("mode", ["iptables", "nftables"])
+def test_proxy_mode_is_served_on_the_metrics_address(netns: str, tmp_path: Path, mode: str) -> None:
+    """As kube-proxy's serveMetrics: GET /proxyMode answers the mode as plain text, no newline (the
+    e2e framework reads it to know which dataplane a node runs)."""
+    if mode == "nftables":
+        need_root_and("nft")
+
+    async def scenario() -> None:
+        async with running_daemon(netns, tmp_path, health=True, mode=mode) as r:
+            await asyncio.wait_for(r.daemon.synced.wait(), 30)  # serving by then
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"http://{r.daemon.options.metrics_address}/proxyMode") as resp:
+                    body = await resp.read()
+                    assert resp.status == 200
+                    assert resp.headers["Content-Type"] == "text/plain; charset=utf-8"
+                    assert resp.headers["X-Content-Type-Options"] == "nosniff"
+            assert body == mode.encode()
+
+    run(scenario(), timeout=60)
