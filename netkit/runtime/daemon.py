@@ -388,6 +388,7 @@ class Daemon:
             self._syncing = False
 
     async def _sync_once(self, full: bool) -> bool:
+        snapshot = time.time()  # every change queued before is in `objects` (netkit.lab.cluster.programmed)
         objects = self.store.objects()
         cfg = self.options.config
         state = self.state_builder.build(objects, cfg.node_name, cfg.node_ips)
@@ -408,6 +409,7 @@ class Daemon:
             self._set_pending()
             return False
         self._observe_rules(result, state)
+        self.metrics.plain("netkit_sync_proxy_rules_last_snapshot_timestamp_seconds").set(snapshot)
         if self.conntrack is not None:
             # checked against the kernel, not against memory: after a start, and on every full sync,
             # every UDP port is checked (kube-proxy checks them all on every sync); the frontends that

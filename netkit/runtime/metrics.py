@@ -129,6 +129,8 @@ KUBE_PROXY_METRICS: tuple[MetricSpec, ...] = (
 )
 NETKIT_METRICS: tuple[MetricSpec, ...] = (
     _m("netkit_conntrack_udp_flows_deleted_total", C, "Stale UDP conntrack entries deleted"),
+    _m("netkit_sync_proxy_rules_last_snapshot_timestamp_seconds", G,
+       "When the last successful sync read the objects it programmed: every change queued before is programmed"),
 )
 del C, G, H, F, IPT
 
