@@ -8,9 +8,10 @@ control plane (which stops what it started), then every process still naming the
 directory on its command line (left by a crash), deletes the namespaces and forgets the record.
 
 Removing pods is graceful, as in Kubernetes: the Pod gets a deletionTimestamp, the controller marks
-its endpoints terminating (not ready, still serving), and only once every node's daemon has synced
-after that is the Pod deleted, its servers closed and its namespace removed — so connections never go
-to a pod that is gone.
+its endpoints terminating (not ready, still serving), and only once every node's daemon has finished
+a sync that took that slice (`programmed`: read from the daemons' metrics, so a scale-down takes
+about as long as the daemons take to sync) is the Pod deleted, its servers closed and its namespace
+removed — so connections never go to a pod that is gone.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from netkit.lab import pause
-from netkit.lab.cluster import build, nodehttp, objects, plan, state
+from netkit.lab.cluster import build, objects, plan, programmed, state
 from netkit.lab.cluster.api import Api
+from netkit.lab.cluster.controller import TRIGGER
 from netkit.lab.cluster.plan import Cluster, Pod
 from netkit.lab.errors import LabError
 from netkit.lab.lab import sigterm_raises
@@ -279,12 +281,12 @@ def remove(record: state.Record, pods: tuple[Pod, ...], grace_timeout: float) ->
     if not pods:
         return record
     api = Api(record.api_port)
-    marked = time.time()
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(marked))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for pod in pods:
         api.replace("pods", pod.namespace, objects.pod_object(record.cluster, pod, ready=True, terminating=stamp))
-    published = wait_published_terminating(api, pods, grace_timeout)
-    wait_synced(record.cluster, max(marked, published) + 0.3, grace_timeout)
+    trigger = wait_published_terminating(api, pods, grace_timeout)
+    if trigger is not None:  # else no slice lists them: no node sends them anything
+        programmed.wait({n.name: n.netns for n in record.cluster.nodes}, trigger, grace_timeout)
     for pod in pods:
         api.delete("pods", pod.namespace, pod.name)
     status = state.cluster_dir(record.cluster_id) / "status.json"
@@ -295,23 +297,27 @@ def remove(record: state.Record, pods: tuple[Pod, ...], grace_timeout: float) ->
     return record
 
 
-def wait_published_terminating(api: Api, pods: tuple[Pod, ...], timeout: float) -> float:
+def wait_published_terminating(api: Api, pods: tuple[Pod, ...], timeout: float) -> float | None:
     """Until the EndpointSlice controller has published every one of `pods` as terminating (or
-    dropped it), as a loaded machine may take longer than a fixed allowance: the time it was seen."""
+    dropped it), as a loaded machine may take longer than a fixed allowance: the newest
+    last-change-trigger-time of the slices that list them, None when none does."""
     names = {(p.namespace, p.name) for p in pods}
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pending = False
+    while True:
+        pending, triggers = False, []
         for sl in api.list("endpointslices"):
-            namespace = (sl.get("metadata") or {}).get("namespace", "")
-            for ep in sl.get("endpoints") or ():
-                ref = ep.get("targetRef") or {}
-                if (namespace, ref.get("name")) in names and not (ep.get("conditions") or {}).get("terminating"):
-                    pending = True
-        if not pending:
+            meta = sl.get("metadata") or {}
+            listed = [ep for ep in sl.get("endpoints") or ()
+                      if (meta.get("namespace", ""), (ep.get("targetRef") or {}).get("name")) in names]
+            pending |= any(not (ep.get("conditions") or {}).get("terminating") for ep in listed)
+            if listed:
+                triggers.append(programmed.trigger_time((meta.get("annotations") or {}).get(TRIGGER, "")))
+        if not pending or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    return time.time()
+    if not triggers:
+        return None
+    return max(t if t is not None else time.time() for t in triggers)
 
 
 def read_echo(status: Path) -> list[str]:
@@ -322,17 +328,6 @@ def read_echo(status: Path) -> list[str]:
     except (OSError, ValueError):
         return []
     return [str(e) for e in echo]
-
-
-def wait_synced(cluster: Cluster, after: float, timeout: float) -> None:
-    """Until every node's daemon has finished a sync that began after `after` (or `timeout`): then no
-    node sends new connections to an endpoint marked terminating before."""
-    deadline = time.monotonic() + timeout
-    waiting = list(cluster.nodes)
-    while waiting and time.monotonic() < deadline:
-        waiting = [n for n in waiting if (nodehttp.last_sync(n.netns) or 0) < after]
-        if waiting:
-            time.sleep(0.05)
 
 
 def wait_for(check: object, timeout: float, what: str) -> None:
