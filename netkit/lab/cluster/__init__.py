@@ -12,6 +12,7 @@ Theory of operation, by module:
 - `controlplane`: the process that outlives `up`: API server, controller, pods, daemons, DNS.
 - `state`: /run/netkit-lab/clusters/<id>/ (record, kubeconfigs, node configs, logs).
 - `lifecycle`: up, down (also of crashed clusters), scale, drain.
+- `programmed`: whether every node's daemon has programmed a change, from its metrics (scale, drain).
 - `nodehttp`, `api`: HTTP inside a namespace (metrics, health) and to the API server.
 - `command`: the `netkit lab cluster` verbs.
 """
