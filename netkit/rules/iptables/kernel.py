@@ -6,7 +6,8 @@ One `IptablesKernel` per (family, backend, network namespace). Constructing it d
   (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY, or our own KUBE-PROXY-CANARY) decides, iptables-nft's
   first, else the backend holding more rules, else nft (Debian's default). The two backends cannot
   see each other's rules, so writing into the wrong one leaves traffic to the invisible one
-  (kubernetes#71305).
+  (kubernetes#71305): a backend whose tables cannot be read (a missing capability) stops the
+  detection with a KernelError saying so, never a guess.
 - `apply(plan)` writes the plan as one restore per table commit, in the order of commits.py (no
   packet ever meets a state that is neither the old nor the new ruleset for its Service); with more
   than one commit, all of them are first checked with `iptables-restore --test`, so a payload the
@@ -375,8 +376,17 @@ def detect_backend(family: IPFamily, netns: str | None) -> str:
 
 
 def _save_all(tool: str, netns: str | None) -> str:
+    """Every table `tool` shows. A backend that cannot be read stops the detection: guessing the
+    other one would write rules where, on a node using this one, no packet sees them (without
+    CAP_NET_RAW, iptables-legacy-save says "Permission denied (you must be root)")."""
     proc = run([tool], netns, check=False)
-    return proc.stdout if proc.returncode == 0 else ""
+    if proc.returncode != 0:
+        said = proc.stderr.strip().splitlines()
+        reason = said[0] if said else f"exit {proc.returncode}"
+        raise KernelError(f"--iptables-backend auto: cannot read {tool} ({reason}), so cannot tell which "
+                          "iptables backend this node uses (set --iptables-backend, or see docs/daemon.md "
+                          "for the capabilities netkit needs)")
+    return proc.stdout
 
 
 def _has_hint(save: str) -> bool:
