@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-host test-load test-vm unit lint commits bench-compile clean
+.PHONY: setup demo test test-host test-load test-vm unit lint commits bench-compile image clean
 
 setup:
 	@scripts/setup.sh
@@ -44,6 +44,11 @@ commits:
 
 bench-compile: setup
 	$(PY) bench/compile.py
+
+# netkit's node image netkit:<version> in podman's local storage, from Debian's archive and PyPI alone
+# (no container registry); rebuilt only when its inputs change (scripts/build-image.sh).
+image: setup
+	@scripts/build-image.sh
 
 clean:
 	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache

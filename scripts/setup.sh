@@ -4,6 +4,7 @@
 #   scripts/setup.sh demo   what `make demo` runs: iptables, nftables, ipset, iproute2, conntrack
 #   scripts/setup.sh test   (the default) every test, also the IPVS VM (qemu, busybox), dig/socat/tcpdump
 #                           and promtool (Debian's prometheus package: checks deploy/monitoring's rules)
+#                           and the node image's build and runtime (podman, runc, mmdebstrap)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,7 @@ DEMO_PACKAGES=(iptables nftables python3-nftables ipset conntrack iproute2 kmod)
 case "$PROFILE" in
   demo) APT_PACKAGES=("${DEMO_PACKAGES[@]}"); EXTRAS="" ;;
   test) APT_PACKAGES=("${DEMO_PACKAGES[@]}" ipvsadm socat ethtool tcpdump dnsutils qemu-system-x86 busybox-static
-                      xz-utils prometheus); EXTRAS="[test,bench]" ;;
+                      xz-utils prometheus podman runc mmdebstrap binutils); EXTRAS="[test,bench]" ;;
   *) echo "setup: unknown profile '$PROFILE' (demo or test)" >&2; exit 2 ;;
 esac
 EXTRA_APT=${NETKIT_EXTRA_APT:-}

@@ -154,7 +154,9 @@ def test_the_daemonset_has_what_the_daemon_needs(tmp_path: Path) -> None:
     ds = of_kind("DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     c = pod["containers"][0]
-    assert pod["hostNetwork"] is True and c["securityContext"]["privileged"] is True
+    assert pod["hostNetwork"] is True and c["securityContext"]["privileged"] is False
+    # the capabilities tests/image runs the image with, and no others
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_RAW"]}
     assert pod["serviceAccountName"] == of_kind("ServiceAccount")["metadata"]["name"]
     assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
@@ -217,8 +219,11 @@ def test_the_containerfile_copies_what_exists_and_installs_the_tools() -> None:
              if line.strip() and not line.startswith("#")]
     joined = " ".join(lines)
     assert lines[0].startswith("FROM ") and "bookworm" in lines[0]  # Debian-based
-    for tool in ("iptables", "nftables", "conntrack", "iproute2"):
-        assert tool in joined, tool
+    # the package list `make image` reads too
+    assert "image-packages.txt)" in joined and "image-finish.sh trim" in joined
+    packages = (DEPLOY / "image-packages.txt").read_text().split()
+    for tool in ("iptables", "nftables", "conntrack", "iproute2", "ipset", "ipvsadm", "kmod", "python3"):
+        assert tool in packages, tool
     copies = [line.split()[1:-1] for line in lines if line.startswith("COPY ")]
     assert copies
     for sources in copies:
