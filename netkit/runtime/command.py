@@ -85,6 +85,7 @@ def run_config_named(args: argparse.Namespace) -> tuple[Config, tuple[str, ...],
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from netkit.runtime import capabilities
     from netkit.runtime.daemon import Daemon, DaemonOptions
     from netkit.runtime.sysctls import apply_or_report
     from netkit.sources.kube import ApiSettings
@@ -117,6 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         daemon.cleanup()
         log.info("cleanup done")
         return 0
+    capabilities.report()
     apply_or_report(config, apply=flag_true(args, "apply-sysctls"))
     log.info("starting", extra={"node": config.node_name, "mode": config.mode, "netns": args.netns or "",
                                 "sync_period": config.sync_period, "min_sync_period": config.min_sync_period})
