@@ -60,7 +60,7 @@ def need_podman() -> runtime.Podman:
 def image() -> str:
     """netkit's image, built if its inputs changed (the build script serialises concurrent builds)."""
     need_podman()
-    if not Path("/usr/bin/mmdebstrap").exists():
+    if shutil.which("mmdebstrap") is None:
         pytest.skip("needs mmdebstrap (installed by make test)")
     proc = subprocess.run([str(ROOT / "scripts" / "build-image.sh")], cwd=ROOT, capture_output=True, text=True,
                           timeout=1800, check=False)
