@@ -29,6 +29,7 @@ check the daemon's RBAC covers everything it did.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import socket
 from collections.abc import Callable, Mapping
@@ -319,29 +320,46 @@ class TestApiServer:
             return self._current(target, q)
         if not rv_text.isdigit():
             raise ApiError(400, "BadRequest", f"invalid resourceVersion {rv_text!r}")
-        match = self._matcher(target, q)
-        return [_event(c) for c in self.store.changes_since(int(rv_text)) if c.resource == r and match(c)]
+        convert = self._matcher(target, q)
+        return [e for c in self.store.changes_since(int(rv_text)) if (e := convert(c)) is not None]
 
     def _current(self, target: _Target, q: Mapping[str, str]) -> list[JSON]:
         items = self.store.select(target.resource, target.namespace, q.get("labelSelector", ""),
                                   q.get("fieldSelector", ""))
         return [{"type": "ADDED", "object": {"kind": target.resource.kind, **o}} for o in items]
 
-    def _matcher(self, target: _Target, q: Mapping[str, str]) -> Callable[[Change], bool]:
+    def _matcher(self, target: _Target, q: Mapping[str, str]) -> Callable[[Change], JSON | None]:
+        """The event a watch with these selectors sends for a change, or None. As kube-apiserver's
+        cacher (cacheWatcher.convertToWatchEvent): an update that makes an object match is ADDED, one
+        that makes it stop matching is DELETED (the previous object at the new resourceVersion)."""
         labels, fields = label_selector(q.get("labelSelector", "")), field_selector(q.get("fieldSelector", ""))
 
-        def match(change: Change) -> bool:
-            ns = (change.obj.get("metadata") or {}).get("namespace", "")
-            return (not target.namespace or ns == target.namespace) and labels(change.obj) and fields(change.obj)
+        def passes(obj: JSON | None) -> bool:
+            ns = ((obj or {}).get("metadata") or {}).get("namespace", "")
+            return obj is not None and (not target.namespace or ns == target.namespace) \
+                and labels(obj) and fields(obj)
 
-        return match
+        def event(change: Change) -> JSON | None:
+            if change.resource != target.resource:
+                return None
+            now, before = passes(change.obj), change.type == "MODIFIED" and passes(change.old)
+            if change.type != "MODIFIED" or now == before:
+                return _event(change) if now else None
+            if now:
+                return _event(Change(change.rv, change.resource, "ADDED", change.obj))
+            assert change.old is not None
+            gone = copy.deepcopy(change.old)
+            gone["metadata"]["resourceVersion"] = str(change.rv)
+            return _event(Change(change.rv, change.resource, "DELETED", gone))
+
+        return event
 
     async def _follow(self, resp: web.StreamResponse, stream: _Stream, target: _Target, timeout: float,
                       bookmarks: bool) -> bool:
         """Relay live changes until the timeout (clean end: True) or a drop (False)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        match = self._matcher(target, stream.request.query)
+        convert = self._matcher(target, stream.request.query)
         while (left := deadline - loop.time()) > 0:
             try:
                 item = await asyncio.wait_for(stream.queue.get(), min(left, self.bookmark_interval))
@@ -360,8 +378,9 @@ class TestApiServer:
                     stream.request.transport.abort()
                 return False
             assert isinstance(item, Change)
-            if item.resource == target.resource and match(item):
-                await resp.write(_line(_event(item)))
+            event = convert(item)
+            if event is not None:
+                await resp.write(_line(event))
         return True
 
     def _publish(self, change: Change) -> None:

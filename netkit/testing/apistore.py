@@ -169,6 +169,7 @@ class Change:
     resource: Resource
     type: str  # ADDED, MODIFIED, DELETED
     obj: JSON
+    old: JSON | None = None  # the object before a MODIFIED (a watch with a selector needs it)
 
 
 @dataclass(slots=True)
@@ -268,7 +269,7 @@ class Store:
             meta["namespace"] = key[0]
         if resource.kind == "Service":
             self._allocate(obj, old)
-        return self._commit(resource, key, "MODIFIED", obj)
+        return self._commit(resource, key, "MODIFIED", obj, old=old)
 
     def apply(self, obj: JSON) -> JSON:
         """Create or update (a convenience for tests; not an HTTP verb)."""
@@ -307,13 +308,14 @@ class Store:
         namespace = (meta.get("namespace") or "default") if resource.namespaced else ""
         return resource, (namespace, name)
 
-    def _commit(self, resource: Resource, key: Key, kind: str, obj: JSON, store: bool = True) -> JSON:
+    def _commit(self, resource: Resource, key: Key, kind: str, obj: JSON, store: bool = True,
+                old: JSON | None = None) -> JSON:
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         obj.setdefault("apiVersion", resource.api_version)
         if store:
             self.objects[resource][key] = obj
-        change = Change(self.rv, resource, kind, copy.deepcopy(obj))
+        change = Change(self.rv, resource, kind, copy.deepcopy(obj), copy.deepcopy(old))
         self.history.append(change)
         for listener in list(self.listeners):
             listener(change)

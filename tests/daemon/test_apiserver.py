@@ -224,3 +224,56 @@ def test_services_get_addresses_allocated_and_keep_them_on_update() -> None:
     with pytest.raises(ApiError) as err:
         store.update({"kind": "Service", "metadata": {"name": "np", "resourceVersion": "1"}, "spec": {}})
     assert err.value.code == 409
+
+
+PROXY_NAME = "service.kubernetes.io/service-proxy-name"
+
+
+def test_a_watch_with_a_selector_sees_objects_enter_and_leave_it() -> None:
+    """As kube-apiserver's cacher: an update that makes an object match is ADDED, one that makes it stop
+    matching is DELETED (carrying the object as it was, at the new resourceVersion), and an update of an
+    object that matches neither before nor after is not sent; replayed history says the same."""
+    async def scenario() -> None:
+        async with TestApiServer() as srv:
+            start = srv.store.rv
+            srv.store.create(service("web", "10.96.0.10"))
+            gained = srv.store.apply(service("web", "10.96.0.10", labels={PROXY_NAME: "other"}))
+            srv.store.apply(service("web", "10.96.0.10", labels={PROXY_NAME: "other", "tier": "web"}))
+            srv.store.apply(service("web", "10.96.0.10"))
+            query = f"watch=true&resourceVersion={start}&timeoutSeconds=1&labelSelector=!{PROXY_NAME}"
+            _, events = await watch(srv, query, lambda e: len(e) == 3)
+            assert [e["type"] for e in events] == ["ADDED", "DELETED", "ADDED"]
+            gone = events[1]["object"]
+            assert gone["metadata"]["resourceVersion"] == gained["metadata"]["resourceVersion"]
+            assert PROXY_NAME not in gone["metadata"]["labels"]  # the object as it was before
+
+    run(scenario())
+
+
+def test_the_official_client_sees_a_service_leave_the_selector_as_deleted() -> None:
+    from kubernetes import client as kclient
+    from kubernetes import watch as kwatch
+
+    async def scenario() -> None:
+        async with TestApiServer() as srv:
+            srv.store.create(service("web", "10.96.0.10"))
+            start = srv.store.rv
+
+            def follow() -> list[tuple[str, str]]:
+                api = kclient.CoreV1Api(kclient.ApiClient(kclient.Configuration(host=srv.url)))
+                stream = kwatch.Watch().stream(api.list_service_for_all_namespaces, resource_version=str(start),
+                                               label_selector=f"!{PROXY_NAME}", timeout_seconds=5)
+                seen = []
+                for event in stream:
+                    seen.append((event["type"], event["object"].metadata.name))
+                    if len(seen) == 2:
+                        break
+                return seen
+
+            task = asyncio.ensure_future(asyncio.to_thread(follow))
+            await eventually(lambda: srv.open_watches == 1)
+            srv.store.apply(service("web", "10.96.0.10", labels={PROXY_NAME: "other"}))
+            srv.store.apply(service("web", "10.96.0.10"))
+            assert await asyncio.wait_for(task, 10) == [("DELETED", "web"), ("ADDED", "web")]
+
+    run(scenario())

@@ -63,6 +63,18 @@ def test_no_selector_headless_and_external_name() -> None:
     assert [e["targetRef"]["name"] for e in s["endpoints"]] == ["coredns-1", "coredns-2"]
 
 
+def test_a_pod_naming_the_service_as_its_subdomain_gets_its_hostname_on_the_endpoint() -> None:
+    """endpointutil.ShouldSetHostname: hostname set, and subdomain equal to the Service's name."""
+    ps = {p["metadata"]["name"]: p for p in pods()}
+    ps["web-1"]["spec"].update(hostname="web-a", subdomain="web")
+    ps["web-2"]["spec"].update(hostname="web-b", subdomain="other")
+    eps = controller.desired([service(clusterIP="None")], list(ps.values()))[("default", "web-lab")]["endpoints"]
+    assert [(e["targetRef"]["name"], e.get("hostname")) for e in eps] == [("web-1", "web-a"), ("web-2", None)]
+    ps["web-1"]["spec"].pop("hostname")  # a subdomain without a hostname names nothing
+    eps = controller.desired([service(clusterIP="None")], list(ps.values()))[("default", "web-lab")]["endpoints"]
+    assert [e.get("hostname") for e in eps] == [None, None]
+
+
 def test_changes_touch_only_what_differs_and_stamp_the_trigger_time() -> None:
     wanted = controller.desired([service()], pods())
     create, update, delete = controller.changes([], wanted, "T1")

@@ -13,6 +13,9 @@ What Kubernetes' endpointslice controller does, in the part a Service dataplane 
 - a named `targetPort` is looked up among the pod's container ports (name and protocol); a pod
   without that port is left out of that port; pods that resolve to different port numbers go into
   different slices (one slice per distinct port list);
+- an endpoint's `hostname` is the pod's `spec.hostname` when the pod sets one and its `spec.subdomain`
+  is the Service's name (endpointutil.ShouldSetHostname), which gives the pod its DNS name under a
+  headless Service;
 - a Service whose selector matches nothing has one slice with no endpoints;
 - `endpoints.kubernetes.io/last-change-trigger-time` is set when a slice changes, so each node's
   `kubeproxy_network_programming_duration_seconds` measures this cluster's programming latency.
@@ -86,13 +89,22 @@ def resolved_ports(service: Mapping[str, Any], pod: Mapping[str, Any]) -> tuple[
     return tuple(ports)
 
 
-def endpoint(pod: Mapping[str, Any], publish_not_ready: bool) -> JSON:
+def hostname(pod: Mapping[str, Any], service_name: str) -> str:
+    """The endpoint's hostname: the pod's, if it names this Service as its subdomain (namespaces
+    are already equal: only pods of the Service's namespace are endpoints)."""
+    spec = pod.get("spec") or {}
+    return str(spec.get("hostname") or "") if spec.get("subdomain") == service_name else ""
+
+
+def endpoint(pod: Mapping[str, Any], publish_not_ready: bool, service_name: str = "") -> JSON:
     ready, terminating = pod_ready(pod), pod_terminating(pod)
     m = meta(pod)
+    host = hostname(pod, service_name)
     return {
         "addresses": [pod["status"]["podIP"]],
         "conditions": {"ready": publish_not_ready or (ready and not terminating), "serving": ready,
                        "terminating": terminating},
+        **({"hostname": host} if host else {}),
         "nodeName": pod["spec"]["nodeName"],
         "targetRef": {"kind": "Pod", "namespace": m.get("namespace", "default"), "name": m.get("name"),
                       "uid": m.get("uid", "")},
@@ -127,7 +139,7 @@ def slices_for(service: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) ->
         if key(pod)[0] == ns and candidate(pod) and selects(selector, pod):
             ports = resolved_ports(service, pod)
             if ports or not spec.get("ports"):
-                groups.setdefault(ports, []).append(endpoint(pod, publish))
+                groups.setdefault(ports, []).append(endpoint(pod, publish, name))
     if not groups:
         groups[()] = []
     out: dict[Key, JSON] = {}
