@@ -1,6 +1,7 @@
 """End to end, in a fresh network namespace: the daemon watches the test API server, objects are made
 with kubectl, and the live rules (iptables-save inside the namespace, read back by `summarize`) follow:
-create → DNAT to the endpoints; scale up and down; no endpoints → REJECT; delete → nothing. Both
+create → DNAT to the endpoints; a Service labelled for another proxy loses its rules and gets them
+back when the label goes; scale up and down; no endpoints → REJECT; delete → nothing. Both
 iptables backends. Also the health and metrics servers of a running daemon, and --cleanup."""
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ def test_create_scale_and_delete_with_kubectl(netns: str, tmp_path: Path, backen
             await r.converge(lambda s: _rejects(dict(s)), what="REJECT for a service without endpoints")
             await r.kubectl.apply_text("create", web_slice([A]))
             await r.converge(lambda s: s.get(WEB) == with_ports([A]), what="one endpoint")
+            # a Service handed to another proxy leaves kube-proxy's selector: its rules go, and come back
+            await r.kubectl("label", "service", "web", "service.kubernetes.io/service-proxy-name=other")
+            await r.converge(lambda s: WEB not in s, what="no rules once another proxy owns the Service")
+            await r.kubectl("label", "service", "web", "service.kubernetes.io/service-proxy-name-")
+            await r.converge(lambda s: s.get(WEB) == with_ports([A]), what="rules again without the label")
             await r.kubectl.apply_text("replace", web_slice([A, B, C]))
             seen = await r.converge(lambda s: s.get(WEB) == with_ports([A, B, C]), what="scale up to 3")
             assert set(seen) == {WEB}

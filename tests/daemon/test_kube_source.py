@@ -89,6 +89,25 @@ def test_selectors_match_kube_proxy_and_the_store_merges_every_reflector() -> No
     run(scenario())
 
 
+def test_a_service_labelled_for_another_proxy_leaves_the_store_and_comes_back() -> None:
+    async def scenario() -> None:
+        async with TestApiServer() as srv:
+            _populate(srv)
+            store = Store()
+            source = KubeSource(ApiSettings(master=srv.url), store, node_name="node-a", options=FAST)
+            async with background(source.run()):
+                await asyncio.wait_for(store.wait_synced(), 5)
+                store.take_changes()
+                srv.store.apply(service("web", "10.96.0.10", labels=PROXY_NAME))
+                await asyncio.wait_for(store.wait_changes(), 5)
+                assert [s.ref.name for s in store.objects().services] == []
+                srv.store.apply(service("web", "10.96.0.10"))
+                await asyncio.wait_for(store.wait_changes(), 5)
+                assert [s.ref.name for s in store.objects().services] == ["web"]
+
+    run(scenario())
+
+
 def test_endpoints_are_watched_only_when_the_cluster_serves_no_endpoint_slices() -> None:
     async def scenario() -> None:
         async with TestApiServer(serve_endpoint_slices=False) as srv:
