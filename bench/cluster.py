@@ -115,7 +115,7 @@ def latency(record: Record, n: int, kubeconfig: Path, tmp: Path) -> tuple[float,
     for t in threads:
         t.start()
     subprocess.run(["kubectl", f"--kubeconfig={kubeconfig}", f"--cache-dir={tmp / 'cache'}", "apply",
-                    "--validate=false", "-f", str(path)], check=True, capture_output=True)
+                    "-f", str(path)], check=True, capture_output=True)
     applied = time.monotonic()
     for t in threads:
         t.join()

@@ -15,8 +15,11 @@ Theory of operation. `TestApiServer` serves the HTTP side of the protocol in
   is served (ADDED for everything, then the `k8s.io/initial-events-end` bookmark) or, with
   `serve_initial_events=False`, rejected with 422 — never silently ignored; the stream ends cleanly at
   `timeoutSeconds`;
-- GET, POST (201), PUT, DELETE on namespaced and cluster-scoped paths, enough for kubectl
-  (`create`, `replace`, `delete`, `get`; run it with `--validate=false`, see `write_kubeconfig`).
+- GET, POST (201), PUT, PATCH (merge and strategic merge), DELETE on namespaced and cluster-scoped
+  paths, enough for kubectl as people type it (`apply`, `create`, `replace`, `delete`, `get`, `label`;
+  see `write_kubeconfig`);
+- the OpenAPI documents kubectl validates against (`/openapi/v3`, `/openapi/v3/<group-version>`,
+  `/openapi/v2` as JSON) and the server side of `fieldValidation` (`netkit.testing.openapi`);
 
 Fault hooks: `end_watches()` (clean end of every stream), `drop_connections()` (abort every stream's
 TCP connection mid-chunk), `compact()` (the next watch from an old version gets 410),
@@ -38,7 +41,9 @@ from pathlib import Path
 from typing import Any, Self
 
 from aiohttp import web
+from multidict import CIMultiDict
 
+from netkit.testing import openapi
 from netkit.testing.apistore import (
     JSON,
     RESOURCES,
@@ -210,6 +215,9 @@ class TestApiServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["tail"]
+        if path.startswith("/openapi/"):
+            self._record("get", None, request, 200)
+            return self._openapi(request, path)
         discovery = self._discovery(path)
         if discovery is not None:
             self._record("get", None, request, 200)
@@ -252,16 +260,31 @@ class TestApiServer:
             return web.json_response(store.get(r, target.namespace, target.name))
         if verb == "delete":
             return web.json_response(store.delete(r, target.namespace, target.name))
-        if verb == "patch":
-            return web.json_response(store.update(await _patched(request, target, store)))
-        body = await _body(request, target)
+        if verb not in ("patch", "create", "update"):
+            raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported on this path")
+        body = await _patched(request, target, store) if verb == "patch" else await _body(request, target)
+        body, warnings = openapi.validate(body, r, request.query.get("fieldValidation", ""))
+        headers = CIMultiDict(("Warning", '299 - "{}"'.format(w.replace('"', '\\"'))) for w in warnings)
         if verb == "create":
-            return web.json_response(store.create(body), status=201)
-        if verb == "update":
-            if (body.get("metadata") or {}).get("name") != target.name:
-                raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
-            return web.json_response(store.update(body))
-        raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported on this path")
+            return web.json_response(store.create(body), status=201, headers=headers)
+        if verb == "update" and (body.get("metadata") or {}).get("name") != target.name:
+            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+        return web.json_response(store.update(body), headers=headers)
+
+    def _openapi(self, request: web.Request, path: str) -> web.Response:
+        """`/openapi/v2` (JSON only) and `/openapi/v3[/<group-version>]` (see netkit.testing.openapi)."""
+        served = tuple(self._served())
+        if path == "/openapi/v2":
+            accept = request.headers.get("Accept", "*/*")
+            if "json" not in accept and "*/*" not in accept:
+                return _error(ApiError(406, "NotAcceptable", "the test API server serves /openapi/v2 as JSON only"))
+            return web.json_response(openapi.v2_document(served))
+        if path.rstrip("/") == "/openapi/v3":
+            return web.json_response(openapi.v3_index(served))
+        doc = openapi.v3_document(served, path.removeprefix("/openapi/v3/"))
+        if doc is None:
+            return _error(ApiError(404, "NotFound", f"the server could not find the requested resource ({path})"))
+        return web.json_response(doc)
 
     def _list(self, target: _Target, query: Mapping[str, str]) -> JSON:
         limit_text = query.get("limit", "0")

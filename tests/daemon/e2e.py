@@ -73,8 +73,8 @@ class Kubectl:
         return out.decode()
 
     async def apply_text(self, verb: str, text: str) -> str:
-        """`kubectl create|replace --validate=false -f -` with a manifest given as text."""
-        return await self(verb, "--validate=false", "-f", "-", stdin=text)
+        """`kubectl create|replace -f -` with a manifest given as text."""
+        return await self(verb, "-f", "-", stdin=text)
 
 
 def web_service(ip: str = "10.96.0.10", proto: str = "TCP", name: str = "web", port: int = 80,

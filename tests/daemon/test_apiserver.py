@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from netkit.testing import openapi
 from netkit.testing.apiserver import INITIAL_EVENTS_END, TestApiServer, parse_bool
 from netkit.testing.apistore import ApiError, Store, field_selector, label_selector, resource_for_kind
 
@@ -275,5 +276,50 @@ def test_the_official_client_sees_a_service_leave_the_selector_as_deleted() -> N
             srv.store.apply(service("web", "10.96.0.10", labels={PROXY_NAME: "other"}))
             srv.store.apply(service("web", "10.96.0.10"))
             assert await asyncio.wait_for(task, 10) == [("DELETED", "web"), ("ADDED", "web")]
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("directive, stored, warnings", [
+    ("Ignore", True, []),
+    ("", True, ['unknown field "spec.ports[0].bogus"', 'unknown field "extra"']),
+    ("Warn", True, ['unknown field "spec.ports[0].bogus"', 'unknown field "extra"']),
+    ("Strict", False, []),
+])
+def test_field_validation_names_unknown_fields_and_never_stores_them(directive: str, stored: bool,
+                                                                     warnings: list[str]) -> None:
+    obj = service("web", "10.96.0.10", labels={"any.label/x": "y"})
+    obj["spec"]["ports"][0]["bogus"] = 1
+    obj["extra"] = {"a": 1}
+    if not stored:
+        with pytest.raises(ApiError) as err:
+            openapi.validate(obj, SERVICES, directive)
+        assert err.value.code == 400 and err.value.message == (
+            'Service in version "v1" cannot be handled as a Service: strict decoding error: '
+            'unknown field "spec.ports[0].bogus", unknown field "extra"')
+        return
+    kept, said = openapi.validate(obj, SERVICES, directive)
+    assert said == warnings
+    assert "extra" not in kept and "bogus" not in kept["spec"]["ports"][0]
+    assert kept["metadata"]["labels"] == {"any.label/x": "y"} and kept["spec"]["clusterIP"] == "10.96.0.10"
+
+
+def test_the_openapi_documents_kubectl_reads() -> None:
+    async def scenario() -> None:
+        async with TestApiServer(serve_endpoint_slices=False) as srv:
+            _, index = await get(srv, "/openapi/v3")
+            assert "api/v1" in index["paths"] and "apis/discovery.k8s.io/v1" not in index["paths"]
+            status, doc = await get(srv, index["paths"]["api/v1"]["serverRelativeURL"])
+            patch = doc["paths"]["/api/v1/namespaces/{namespace}/services/{name}"]["patch"]
+            assert patch["x-kubernetes-group-version-kind"] == {"group": "", "version": "v1", "kind": "Service"}
+            assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
+            ports = doc["components"]["schemas"]["io.k8s.api.core.v1.ServiceSpec"]["properties"]["ports"]
+            assert ports["x-kubernetes-patch-merge-key"] == "port" and ports["type"] == "array"
+            assert (await get(srv, "/openapi/v3/apis/discovery.k8s.io/v1"))[0] == 404
+            status, v2 = await get(srv, "/openapi/v2")
+            assert status == 200 and v2["swagger"] == "2.0" and "io.k8s.api.core.v1.Pod" in v2["definitions"]
+            async with aiohttp.ClientSession() as s, s.get(srv.url + "/openapi/v2", headers={
+                    "Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"}) as resp:
+                assert resp.status == 406
 
     run(scenario())

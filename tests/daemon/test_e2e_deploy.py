@@ -138,7 +138,7 @@ def test_kubectl_accepts_the_manifests(tmp_path: Path) -> None:
         async with TestApiServer() as srv:
             kubectl = Kubectl(srv, tmp_path)
             await kubectl("create", "namespace", "kube-system", "--dry-run=client", "-o", "name")
-            out = await kubectl("create", "--validate=false", "-f", str(DEPLOY))
+            out = await kubectl("create", "-f", str(DEPLOY))
             assert out.count("created") == 5, out
             got = yaml.safe_load(await kubectl("get", "-n", "kube-system", "daemonset/netkit", "-o", "yaml"))
             assert got["spec"]["template"]["spec"]["hostNetwork"] is True
@@ -276,7 +276,7 @@ def test_kubectl_accepts_the_dns_manifests(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with TestApiServer() as srv:
             kubectl = Kubectl(srv, tmp_path)
-            out = await kubectl("create", "--validate=false", "-f", str(DNS_DEPLOY))
+            out = await kubectl("create", "-f", str(DNS_DEPLOY))
             assert out.count("created") == 6, out
             got = yaml.safe_load(await kubectl("get", "-n", "kube-system", "service/kube-dns", "-o", "yaml"))
             assert got["spec"]["clusterIP"] == "10.96.0.10"

@@ -64,7 +64,7 @@ class Kubectl:
         return proc.stdout
 
     def apply(self, manifest: str) -> str:
-        return self("apply", "--validate=false", manifest=manifest)
+        return self("apply", manifest=manifest)
 
 
 @pytest.fixture

@@ -159,7 +159,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         pods = " ".join(p.name for p in c.pods_on(n.name))
         print(f"  {n.name:<8} {n.netns:<18} {n.ip}  pods {n.pod_cidr}: {pods}")
     print(f"kubeconfig: {kubeconfig}")
-    print(f"  export KUBECONFIG={kubeconfig}; kubectl apply --validate=false -f service.yaml")
+    print(f"  export KUBECONFIG={kubeconfig}; kubectl apply -f service.yaml")
     print(f"inside:     netkit lab cluster exec {c.pods[-1].name if c.pods else 'node-1'} -- getent hosts "
           "kube-dns.kube-system")
     print(f"remove:     netkit lab cluster down {c.cluster_id}")
