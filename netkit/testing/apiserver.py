@@ -21,6 +21,10 @@ Theory of operation. `TestApiServer` serves the HTTP side of the protocol in
 - the OpenAPI documents kubectl validates against (`/openapi/v3`, `/openapi/v3/<group-version>`,
   `/openapi/v2` as JSON) and the server side of `fieldValidation` (`netkit.testing.openapi`);
 
+`kubernetes_service=True` makes it start as a cluster does, with `default/kubernetes` (443 → the
+server's address, or `advertise`) and its EndpointSlice; the lab and `python -m
+netkit.testing.apiserver` turn it on, the protocol tests start from an empty server.
+
 Fault hooks: `end_watches()` (clean end of every stream), `drop_connections()` (abort every stream's
 TCP connection mid-chunk), `compact()` (the next watch from an old version gets 410),
 `fail_next(n, code)` (the next n resource requests fail), `stop()`/`start()` (down and back up on the
@@ -53,6 +57,7 @@ from netkit.testing.apistore import (
     Store,
     field_selector,
     label_selector,
+    resource_for_kind,
 )
 from netkit.testing.patch import merge_patch, strategic_merge_patch
 
@@ -114,7 +119,8 @@ class TestApiServer:
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, bookmark_interval: float = 60.0,
                  default_watch_timeout: float = 1800.0, serve_endpoint_slices: bool = True,
                  serve_initial_events: bool = True, expired_as_event: bool = True,
-                 store: Store | None = None) -> None:
+                 store: Store | None = None, kubernetes_service: bool = False,
+                 advertise: tuple[str, int] | None = None) -> None:
         if host not in ("127.0.0.1", "::1", "localhost"):
             raise ValueError("the test API server listens on loopback only")
         self.host, self.port = host, port
@@ -124,6 +130,8 @@ class TestApiServer:
         self.serve_initial_events = serve_initial_events
         self.expired_as_event = expired_as_event
         self.store = store or Store()
+        self.kubernetes_service = kubernetes_service
+        self.advertise = advertise  # where default/kubernetes points; default: where this server listens
         self.audit: list[AuditRecord] = []
         self._streams: set[_Stream] = set()
         self._failures: list[int] = []
@@ -147,6 +155,26 @@ class TestApiServer:
         await site.start()
         if self.port == 0:
             self.port = int(self._runner.addresses[0][1])
+        if self.kubernetes_service:
+            self._seed_kubernetes_service()
+
+    def _seed_kubernetes_service(self) -> None:
+        """`default/kubernetes` and its EndpointSlice, as kube-apiserver keeps them in every cluster
+        (its endpoint reconciler): 443/TCP `https` on the service range's first address, one endpoint
+        at the API server's address. Written once; a restart keeps what is there."""
+        if ("default", "kubernetes") in self.store.objects[resource_for_kind("Service")]:
+            return
+        host, port = self.advertise or (self.host, self.port)
+        labels = {"component": "apiserver", "provider": "kubernetes"}
+        self.store.create({"apiVersion": "v1", "kind": "Service", "metadata": {
+            "name": "kubernetes", "namespace": "default", "labels": labels},
+            "spec": {"clusterIP": str(self.store.service_ip_base + 1), "type": "ClusterIP",
+                     "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}})
+        self.store.create({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {
+            "name": "kubernetes", "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": "IPv6" if ":" in host else "IPv4",
+            "endpoints": [{"addresses": [host], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}]})
 
     async def serve_socket(self, sock: socket.socket) -> web.SockSite:
         """Also answer on `sock`, a listening TCP socket made by the caller: one on loopback inside
@@ -576,11 +604,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--kubeconfig", metavar="FILE", help="write a kubeconfig pointing at the server")
     p.add_argument("--no-endpoint-slices", action="store_true", help="serve v1 Endpoints only")
+    p.add_argument("--no-kubernetes-service", action="store_true",
+                   help="start empty, without the default/kubernetes Service every cluster has")
     args = p.parse_args(argv)
 
     async def serve() -> None:
-        async with TestApiServer(host=args.host, port=args.port,
-                                 serve_endpoint_slices=not args.no_endpoint_slices) as srv:
+        async with TestApiServer(host=args.host, port=args.port, serve_endpoint_slices=not args.no_endpoint_slices,
+                                 kubernetes_service=not args.no_kubernetes_service) as srv:
             if args.kubeconfig:
                 srv.write_kubeconfig(Path(args.kubeconfig))
             print(f"serving {srv.url}", flush=True)

@@ -8,8 +8,10 @@ A paginated list takes one snapshot on its first page and serves later pages fro
 token names the snapshot); compaction expires those tokens too.
 
 Objects are plain JSON dicts, deep-copied on the way in and out so a caller can never alias the store.
-Services get a clusterIP and node ports allocated when they arrive without them, like the real API
-server, so `kubectl create` of an ordinary manifest gives an object netkit can program.
+Services go through what kube-apiserver's Service registry does (`netkit.testing.services`): defaults,
+the fields a type change makes meaningless dropped, clusterIPs and node ports allocated (a requested
+one in use refused) and released when no longer held, so `kubectl create` of an ordinary manifest
+gives the object a real cluster would store.
 
 Label selectors support the set-based and equality forms (`k`, `!k`, `k=v`, `k==v`, `k!=v`,
 `k in (a,b)`, `k notin (a,b)`); field selectors support `metadata.name` and `metadata.namespace` with
@@ -19,7 +21,6 @@ Label selectors support the set-based and equality forms (`k`, `!k`, `k=v`, `k==
 from __future__ import annotations
 
 import copy
-import itertools
 import re
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from ipaddress import IPv4Address
 from typing import Any
+
+from netkit.testing import services
 
 JSON = dict[str, Any]
 
@@ -193,8 +196,10 @@ class Store:
     history: list[Change] = field(default_factory=list)
     listeners: list[Callable[[Change], None]] = field(default_factory=list)
     _snapshots: dict[str, Snapshot] = field(default_factory=dict)
-    _ip_counter: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
-    _port_counter: itertools.count[int] = field(default_factory=lambda: itertools.count(30000))
+    allocator: services.Allocator = field(default_factory=services.Allocator)
+
+    def __post_init__(self) -> None:
+        self.allocator.ip_base = self.service_ip_base
 
     # reads
 
@@ -249,7 +254,7 @@ class Store:
         if resource.namespaced:
             meta["namespace"] = key[0]
         if resource.kind == "Service":
-            self._allocate(obj, None)
+            obj = self._admit(obj, None)
         return self._commit(resource, key, "ADDED", obj)
 
     def update(self, obj: JSON) -> JSON:
@@ -268,7 +273,7 @@ class Store:
         if resource.namespaced:
             meta["namespace"] = key[0]
         if resource.kind == "Service":
-            self._allocate(obj, old)
+            obj = self._admit(obj, old)
         return self._commit(resource, key, "MODIFIED", obj, old=old)
 
     def apply(self, obj: JSON) -> JSON:
@@ -283,6 +288,8 @@ class Store:
     def delete(self, resource: Resource, namespace: str, name: str) -> JSON:
         old = self.get(resource, namespace, name)
         del self.objects[resource][(namespace, name)]
+        if resource.kind == "Service":
+            self.allocator.release(f"{namespace}/{name}")
         return self._commit(resource, (namespace, name), "DELETED", old, store=False)
 
     def compact(self) -> None:
@@ -303,8 +310,8 @@ class Store:
         meta = obj.get("metadata") or {}
         name = meta.get("name")
         if not isinstance(name, str) or not name:
-            raise ApiError(422, "Invalid", f"{resource.kind} is invalid: metadata.name: Required value",
-                           "", resource.plural)
+            raise ApiError(422, "Invalid", f'{resource.kind} "" is invalid: metadata.name: Required value: name or '
+                                           "generateName is required", "", resource.plural)
         namespace = (meta.get("namespace") or "default") if resource.namespaced else ""
         return resource, (namespace, name)
 
@@ -321,27 +328,11 @@ class Store:
             listener(change)
         return copy.deepcopy(obj)
 
-    def _allocate(self, svc: JSON, old: JSON | None) -> None:
-        """Keep allocated values on update and allocate missing ones, as the real API server does."""
-        spec = svc.setdefault("spec", {})
-        old_spec = (old or {}).get("spec") or {}
-        if spec.get("type") == "ExternalName":
-            return
-        if not spec.get("clusterIP"):
-            ip = old_spec.get("clusterIP") or str(self.service_ip_base + next(self._ip_counter))
-            spec["clusterIP"] = ip
-            spec["clusterIPs"] = old_spec.get("clusterIPs") or [ip]
-            spec.setdefault("ipFamilies", old_spec.get("ipFamilies") or ["IPv4"])
-        if spec.get("type") in ("NodePort", "LoadBalancer"):
-            old_ports = {(p.get("port"), p.get("protocol", "TCP")): p.get("nodePort")
-                         for p in old_spec.get("ports") or []}
-            for port in spec.get("ports") or []:
-                if not port.get("nodePort"):
-                    port["nodePort"] = old_ports.get((port.get("port"), port.get("protocol", "TCP"))) \
-                        or next(self._port_counter)
-        if spec.get("type") == "LoadBalancer" and spec.get("externalTrafficPolicy") == "Local" \
-                and not spec.get("healthCheckNodePort"):
-            spec["healthCheckNodePort"] = old_spec.get("healthCheckNodePort") or next(self._port_counter)
+    def _admit(self, svc: JSON, old: JSON | None) -> JSON:
+        try:
+            return services.admit(svc, old, self.allocator)
+        except services.Invalid as exc:
+            raise ApiError(422, "Invalid", exc.message, exc.name, "services") from exc
 
 
 def _now() -> str:

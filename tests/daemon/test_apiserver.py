@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -263,7 +264,7 @@ def test_the_official_client_sees_a_service_leave_the_selector_as_deleted() -> N
             def follow() -> list[tuple[str, str]]:
                 api = kclient.CoreV1Api(kclient.ApiClient(kclient.Configuration(host=srv.url)))
                 stream = kwatch.Watch().stream(api.list_service_for_all_namespaces, resource_version=str(start),
-                                               label_selector=f"!{PROXY_NAME}", timeout_seconds=5)
+                                               label_selector=f"!{PROXY_NAME}", timeout_seconds=60)
                 seen = []
                 for event in stream:
                     seen.append((event["type"], event["object"].metadata.name))
@@ -272,12 +273,12 @@ def test_the_official_client_sees_a_service_leave_the_selector_as_deleted() -> N
                 return seen
 
             task = asyncio.ensure_future(asyncio.to_thread(follow))
-            await eventually(lambda: srv.open_watches == 1)
+            await eventually(lambda: srv.open_watches == 1, timeout=30)
             srv.store.apply(service("web", "10.96.0.10", labels={PROXY_NAME: "other"}))
             srv.store.apply(service("web", "10.96.0.10"))
-            assert await asyncio.wait_for(task, 10) == [("DELETED", "web"), ("ADDED", "web")]
+            assert await asyncio.wait_for(task, 30) == [("DELETED", "web"), ("ADDED", "web")]
 
-    run(scenario())
+    run(scenario(), timeout=90)
 
 
 @pytest.mark.parametrize("directive, stored, warnings", [
@@ -321,5 +322,98 @@ def test_the_openapi_documents_kubectl_reads() -> None:
             async with aiohttp.ClientSession() as s, s.get(srv.url + "/openapi/v2", headers={
                     "Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"}) as resp:
                 assert resp.status == 406
+
+    run(scenario())
+
+
+
+def svc_obj(name: str, **spec: Any) -> dict[str, Any]:
+    return {"kind": "Service", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def test_services_get_kube_apiservers_defaults() -> None:
+    """SetDefaults_Service and the registry's IP family fields."""
+    store = Store()
+    plain = store.create(svc_obj("plain", ports=[{"port": 80}]))["spec"]
+    assert plain == {"type": "ClusterIP", "sessionAffinity": "None", "internalTrafficPolicy": "Cluster",
+                     "clusterIP": "10.96.0.100", "clusterIPs": ["10.96.0.100"], "ipFamilies": ["IPv4"],
+                     "ipFamilyPolicy": "SingleStack",
+                     "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}]}
+    lb = store.create(svc_obj("lb", type="LoadBalancer", sessionAffinity="ClientIP",
+                              ports=[{"port": 53, "protocol": "UDP", "targetPort": "dns"}]))["spec"]
+    assert lb["externalTrafficPolicy"] == "Cluster" and lb["allocateLoadBalancerNodePorts"] is True
+    assert lb["sessionAffinityConfig"] == {"clientIP": {"timeoutSeconds": 10800}}
+    assert lb["ports"][0]["targetPort"] == "dns" and lb["ports"][0]["nodePort"] >= 30000
+    ext = store.create(svc_obj("ext", externalIPs=["192.0.2.50"], ports=[{"port": 80}]))["spec"]
+    assert ext["externalTrafficPolicy"] == "Cluster"  # externalIPs make a ClusterIP Service reachable
+    headless = store.create(svc_obj("hl", clusterIP="None", ports=[{"port": 80}]))["spec"]
+    assert headless["clusterIPs"] == ["None"] and headless["ipFamilies"] == ["IPv4"]
+    v6 = store.create(svc_obj("v6", clusterIP="fd00:10:96::10", ports=[{"port": 80}]))["spec"]
+    assert v6["ipFamilies"] == ["IPv6"] and v6["clusterIPs"] == ["fd00:10:96::10"]
+    name = store.create(svc_obj("name", type="ExternalName", externalName="example.org"))["spec"]
+    assert "clusterIP" not in name and "ipFamilies" not in name and "internalTrafficPolicy" not in name
+
+
+def test_a_type_change_drops_what_the_new_type_cannot_use_and_releases_it() -> None:
+    """dropTypeDependentFields on an update that leaves the old values in place (as kubectl edit or
+    apply of a changed type does), with the freed values allocatable again."""
+    store = Store()
+    lb = store.create(svc_obj("lb", type="LoadBalancer", externalTrafficPolicy="Local",
+                              ports=[{"port": 80}]))
+    hc, node_port, ip = lb["spec"]["healthCheckNodePort"], lb["spec"]["ports"][0]["nodePort"], lb["spec"]["clusterIP"]
+    to_cluster = copy.deepcopy(lb)
+    to_cluster["spec"]["externalTrafficPolicy"] = "Cluster"
+    spec = store.update(to_cluster)["spec"]
+    assert "healthCheckNodePort" not in spec and spec["ports"][0]["nodePort"] == node_port
+    to_cluster_ip = store.get(SERVICES, "default", "lb")
+    to_cluster_ip["spec"]["type"] = "ClusterIP"
+    spec = store.update(to_cluster_ip)["spec"]
+    assert "nodePort" not in spec["ports"][0] and "externalTrafficPolicy" not in spec
+    assert "allocateLoadBalancerNodePorts" not in spec and spec["clusterIP"] == ip
+    to_name = store.get(SERVICES, "default", "lb")
+    to_name["spec"].update(type="ExternalName", externalName="example.org")
+    spec = store.update(to_name)["spec"]
+    assert not {"clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"} & set(spec)
+    # everything it held is free again: another Service may ask for exactly those values
+    taken = store.create(svc_obj("again", type="LoadBalancer", externalTrafficPolicy="Local", clusterIP=ip,
+                                 healthCheckNodePort=hc, ports=[{"port": 80, "nodePort": node_port}]))["spec"]
+    assert (taken["clusterIP"], taken["healthCheckNodePort"], taken["ports"][0]["nodePort"]) == (ip, hc, node_port)
+
+
+def test_values_in_use_are_refused_in_kube_apiservers_words_and_deletion_frees_them() -> None:
+    store = Store()
+    first = store.create(svc_obj("a", type="NodePort", ports=[{"port": 80}]))["spec"]
+    ip, node_port = first["clusterIP"], first["ports"][0]["nodePort"]
+    with pytest.raises(ApiError) as err:
+        store.create(svc_obj("b", clusterIP=ip, ports=[{"port": 80}]))
+    assert err.value.code == 422 and err.value.message == (
+        f'Service "b" is invalid: spec.clusterIPs: Invalid value: []string{{"{ip}"}}: '
+        f"failed to allocate IP {ip}: provided IP is already allocated")
+    with pytest.raises(ApiError) as err:
+        store.create(svc_obj("b", type="NodePort", ports=[{"port": 80, "nodePort": node_port}]))
+    assert err.value.message == (f'Service "b" is invalid: spec.ports[0].nodePort: Invalid value: {node_port}: '
+                                 "provided port is already allocated")
+    assert "b" not in {k[1] for k in store.objects[SERVICES]}
+    store.delete(SERVICES, "default", "a")
+    again = store.create(svc_obj("b", type="NodePort", clusterIP=ip, ports=[{"port": 80, "nodePort": node_port}]))
+    assert again["spec"]["clusterIP"] == ip and again["spec"]["ports"][0]["nodePort"] == node_port
+
+
+def test_the_server_can_start_as_a_cluster_does_with_default_kubernetes() -> None:
+    async def scenario() -> None:
+        async with TestApiServer(kubernetes_service=True) as srv:
+            svc = srv.store.get(SERVICES, "default", "kubernetes")
+            assert svc["spec"]["clusterIP"] == "10.96.0.1"
+            assert svc["spec"]["ports"] == [{"name": "https", "port": 443, "protocol": "TCP",
+                                             "targetPort": srv.port}]
+            eps = srv.store.get(resource_for_kind("EndpointSlice"), "default", "kubernetes")
+            assert eps["endpoints"][0]["addresses"] == ["127.0.0.1"] and eps["ports"][0]["port"] == srv.port
+            assert eps["metadata"]["labels"] == {"kubernetes.io/service-name": "kubernetes"}
+            version = srv.store.rv
+            await srv.stop()
+            await srv.start()  # a restart keeps it, does not write it again
+            assert srv.store.rv == version
+        async with TestApiServer() as srv:
+            assert srv.store.select(SERVICES, "") == []
 
     run(scenario())

@@ -51,7 +51,7 @@ def test_up_and_down_through_the_command_leave_nothing() -> None:
         status = json.loads(netkit("status", "--cluster", cid, "-o", "json").stdout)[0]
         assert status["state"] == "up" and len(status["nodes"]) == 3
         assert all(n["daemon_pid"] and n["last_sync_ago"] is not None for n in status["nodes"])
-        assert {s["name"] for s in status["services"]} == {"kube-system/kube-dns"}
+        assert {s["name"] for s in status["services"]} == {"default/kubernetes", "kube-system/kube-dns"}
         assert len(leftovers(cid)["namespaces"]) == 1 + 3 + 8  # switch, nodes, 6 web + 2 DNS pods
         kubeconfig = netkit("kubeconfig", "--cluster", cid).stdout.strip()
         assert kubeconfig == str(state.kubeconfig_path(cid)) and Path(kubeconfig).exists()

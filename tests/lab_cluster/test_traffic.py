@@ -75,6 +75,20 @@ def test_a_pod_on_node_3_reaches_a_pod_on_node_1_by_dns_name(cluster: Record, db
     assert fqdn[0] == "10.96.0.10"
 
 
+def test_a_pod_reaches_the_api_through_the_kubernetes_service(cluster: Record) -> None:
+    """default/kubernetes exists as in every cluster: 10.96.0.1:443 → node-1's address :6443 (the lab's
+    API speaks plain HTTP there), by name from any pod."""
+    client = next(p for p in fresh(cluster).cluster.pods_on("node-3") if p.deploy == "web").name
+    resolved = eventually(lambda: in_pod(cluster, client, ["getent", "hosts", "kubernetes.default"]).stdout,
+                          what="getent hosts kubernetes.default")
+    assert resolved.split() == ["10.96.0.1", "kubernetes.default.svc.cluster.local"]
+    code = ("import json, urllib.request; print(json.load(urllib.request.urlopen("
+            "'http://kubernetes.default:443/version', timeout=3))['gitVersion'])")
+    version = eventually(lambda: in_pod(cluster, client, [sys.executable, "-c", code]).stdout.strip(),
+                         what="GET /version through the kubernetes Service")
+    assert version.startswith("v1.32")
+
+
 def test_a_nodeport_answers_from_outside_on_every_node(cluster: Record, kubectl: Kubectl) -> None:
     kubectl.apply(NODEPORT)
     node_port = service(kubectl, "web-np")["spec"]["ports"][0]["nodePort"]  # type: ignore[index]

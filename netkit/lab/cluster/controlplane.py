@@ -5,7 +5,9 @@ loop with:
 
 - the test API server (`netkit.testing`) on 127.0.0.1:<port> of this machine (for kubectl, whose
   kubeconfig it writes) and on 127.0.0.1:6443 inside every node and DNS pod namespace (a listening
-  socket made there: no forwarder, nothing routed into the machine);
+  socket made there: no forwarder, nothing routed into the machine), and on node-1's address :6443
+  in node-1's namespace, where `default/kubernetes` (10.96.0.1:443) points, so pods reach the API
+  through the Service as in a cluster;
 - the lab's Node objects, its Pods and the kube-dns Service;
 - the kubelet part: a Pod with the lab's netns annotation is served (`echo`: the answering servers;
   `dns`: `netkit dns` in the pod's namespace, reading the API) and marked Ready once it answers
@@ -69,11 +71,11 @@ def dns_argv(cluster_dir: Path) -> list[str]:
             "--resolv-conf", str(d / "resolv.conf"), "--upstream-timeout", "0.5"]
 
 
-def api_listener(netns: str) -> socket.socket:
+def api_listener(netns: str, host: str = "127.0.0.1") -> socket.socket:
     def make() -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", API_PORT))
+        sock.bind((host, API_PORT))
         sock.listen(128)
         sock.setblocking(False)
         return sock
@@ -139,7 +141,9 @@ class ControlPlane:
         self.cluster: Cluster = record.cluster
         self.dir = record.dir
         self.deploy_dir = deploy_dir
-        self.srv = TestApiServer(port=0)
+        first = self.cluster.nodes[0]  # the "control-plane node": default/kubernetes points at it
+        self.advertise = (str(first.ip), API_PORT)
+        self.srv = TestApiServer(port=0, kubernetes_service=True, advertise=self.advertise)
         self.store = self.srv.store
         self.echo: dict[str, EchoPod] = {}
         self.dns: dict[str, Supervised] = {}
@@ -156,6 +160,7 @@ class ControlPlane:
         await self.srv.start()
         for netns in self.api_namespaces():
             await self.srv.serve_socket(api_listener(netns))
+        await self.srv.serve_socket(api_listener(self.cluster.nodes[0].netns, self.advertise[0]))
         self.write_kubeconfigs()
         self.record = state.Record(self.cluster, self.srv.port, os.getpid())
         state.save(self.record)
