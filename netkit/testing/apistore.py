@@ -81,15 +81,19 @@ def resource_for_kind(kind: str) -> Resource:
 class ApiError(Exception):
     """A request the server refuses; carries the HTTP code and the Kubernetes Status reason."""
 
-    def __init__(self, code: int, reason: str, message: str, name: str = "", kind: str = "") -> None:
+    def __init__(self, code: int, reason: str, message: str, name: str = "", kind: str = "",
+                 causes: tuple[JSON, ...] = ()) -> None:
         super().__init__(message)
         self.code, self.reason, self.message, self.name, self.kind = code, reason, message, name, kind
+        self.causes = causes  # StatusCause objects: kubectl prints "The <kind> <name> is invalid: <causes>"
 
     def status(self) -> JSON:
+        details: JSON = {"name": self.name, "kind": self.kind}
+        if self.causes:
+            details["causes"] = list(self.causes)
         return {
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": self.message, "reason": self.reason,
-            "details": {"name": self.name, "kind": self.kind}, "code": self.code,
+            "message": self.message, "reason": self.reason, "details": details, "code": self.code,
         }
 
 
@@ -332,7 +336,8 @@ class Store:
         try:
             return services.admit(svc, old, self.allocator)
         except services.Invalid as exc:
-            raise ApiError(422, "Invalid", exc.message, exc.name, "services") from exc
+            cause = {"reason": "FieldValueInvalid", "message": exc.detail, "field": exc.path}
+            raise ApiError(422, "Invalid", exc.message, exc.name, "Service", (cause,)) from exc
 
 
 def _now() -> str:

@@ -215,14 +215,15 @@ def set_ip_families(spec: JSON) -> None:
 class Invalid(Exception):
     """A Service the registry refuses (the store answers 422 with this message)."""
 
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(message)
-        self.name, self.message = name, message
+    def __init__(self, name: str, path: str, detail: str) -> None:
+        self.message = f'Service "{name}" is invalid: {path}: {detail}'
+        super().__init__(self.message)
+        self.name, self.path, self.detail = name, path, detail
 
 
 def invalid(name: str, path: str, value: str, why: str) -> Invalid:
     """kube-apiserver's words: `Service "web" is invalid: <path>: Invalid value: <value>: <why>`."""
-    return Invalid(name, f'Service "{name}" is invalid: {path}: Invalid value: {value}: {why}')
+    return Invalid(name, path, f"Invalid value: {value}: {why}")
 
 
 def admit(svc: JSON, old: JSON | None, allocator: Allocator) -> JSON:

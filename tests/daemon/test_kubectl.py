@@ -157,3 +157,17 @@ def test_rbac_check_finds_requests_a_role_does_not_allow() -> None:
                 {"/apis/discovery.k8s.io/v1/"}
 
     run(scenario())
+
+
+def test_kubectl_shows_the_registrys_refusal_as_against_kube_apiserver(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with TestApiServer(kubernetes_service=True) as srv:
+            kubectl = Kubectl(srv, tmp_path)
+            clash = tmp_path / "clash.yaml"
+            clash.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: clash}\n"
+                             "spec: {clusterIP: 10.96.0.1, ports: [{port: 80}]}\n")
+            err = await kubectl("apply", "-f", str(clash), ok=False)
+            assert 'The Service "clash" is invalid: spec.clusterIPs: Invalid value: []string{"10.96.0.1"}: ' \
+                   "failed to allocate IP 10.96.0.1: provided IP is already allocated" in err
+
+    run(scenario())
