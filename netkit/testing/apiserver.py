@@ -296,7 +296,8 @@ class TestApiServer:
         if verb == "create":
             return web.json_response(store.create(body), status=201, headers=headers)
         if verb == "update" and (body.get("metadata") or {}).get("name") != target.name:
-            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+            raise ApiError(400, "BadRequest", f"the name of the object ({body.get('metadata', {}).get('name')}) "
+                                              f"does not match the name on the URL ({target.name})")
         return web.json_response(store.update(body), headers=headers)
 
     def _openapi(self, request: web.Request, path: str) -> web.Response:
@@ -537,8 +538,8 @@ async def _body(request: web.Request, target: _Target) -> JSON:
     meta = body.setdefault("metadata", {})
     if r.namespaced:
         if meta.get("namespace") not in (None, "", target.namespace):
-            raise ApiError(400, "BadRequest", "the namespace of the object does not match the namespace on "
-                                              "the URL")
+            raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the namespace "
+                                              "sent on the request")
         meta["namespace"] = target.namespace
     return body
 

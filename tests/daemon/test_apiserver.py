@@ -417,3 +417,23 @@ def test_the_server_can_start_as_a_cluster_does_with_default_kubernetes() -> Non
             assert srv.store.select(SERVICES, "") == []
 
     run(scenario())
+
+
+def test_a_body_that_disagrees_with_the_url_is_refused_in_kube_apiservers_words() -> None:
+    async def scenario() -> None:
+        async with TestApiServer() as srv, aiohttp.ClientSession() as s:
+            srv.store.create(service("web", "10.96.0.10"))
+            async with s.put(f"{srv.url}/api/v1/namespaces/default/services/web",
+                             json=service("other", "10.96.0.10")) as resp:
+                assert resp.status == 400 and (await resp.json())["message"] == \
+                    "the name of the object (other) does not match the name on the URL (web)"
+            async with s.post(f"{srv.url}/api/v1/namespaces/kube-system/services",
+                              json=service("x", "10.96.0.11")) as resp:
+                assert resp.status == 400 and (await resp.json())["message"] == \
+                    "the namespace of the provided object does not match the namespace sent on the request"
+            async with s.post(f"{srv.url}/api/v1/namespaces/default/services",
+                              json={"kind": "Service", "metadata": {}, "spec": {}}) as resp:
+                assert resp.status == 422 and (await resp.json())["message"] == \
+                    'Service "" is invalid: metadata.name: Required value: name or generateName is required'
+
+    run(scenario())
