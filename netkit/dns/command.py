@@ -33,7 +33,7 @@ from aiohttp import web
 
 from netkit.cli.filters import parse_selector
 from netkit.dns.cache import CAPACITY, MAX_TTL, SERVFAIL_TTL, ForwardCache
-from netkit.dns.config import DnsConfig, corefile_digest, flags_config, load, plugins_enabled
+from netkit.dns.config import DnsConfig, cache_options, corefile_digest, flags_config, load, plugins_enabled
 from netkit.dns.corefile import read_file
 from netkit.dns.endpoints import health_app, metrics_app, parse_http_address, ready_app, serve
 from netkit.dns.engine import Engine
@@ -109,6 +109,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help=f"upstream answers kept at most (default {2 * CAPACITY})")
     g.add_argument("--cache-servfail", default=f"{SERVFAIL_TTL:g}s", metavar="DURATION",
                    help="keep an upstream's SERVFAIL this long (CoreDNS's `servfail`: default 5s, at most 5m; 0: not)")
+    g.add_argument("--cache-prefetch", metavar="'AMOUNT [DURATION] [PERCENTAGE%%]'", default="",
+                   help="refresh an answer asked AMOUNT times (no gap of DURATION, default 1m) when its TTL "
+                        "falls to PERCENTAGE (default 10%%) of what it was (the cache's `prefetch`)")
+    g.add_argument("--cache-serve-stale", metavar="'[DURATION] [immediate|verify]'", nargs="?", const=" ",
+                   default="", help="serve an expired answer up to DURATION (default 1h) when the upstream "
+                                    "fails (the cache's `serve_stale`; default mode immediate)")
+    g.add_argument("--cache-keepttl", action="store_true", help="serve cached answers with the TTL they came with")
     g = p.add_argument_group("observability (CoreDNS's prometheus, health, ready, log)")
     g.add_argument("--metrics-listen", default=":9153", metavar="[IP]:PORT",
                    help="/metrics (default :9153; empty disables)")
@@ -292,9 +299,7 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
     with its view when the source stays). `view`: already built for this configuration."""
     options, http = _options(config), _http_addresses(config)
     listen = parse_address(config.listen)
-    cache = ForwardCache(metrics, max_ttl=max(0, config.cache_ttl), min_ttl=config.cache_min_ttl,
-                         capacity=config.cache_size if config.cache_ttl > 0 else 0,
-                         servfail_ttl=config.cache_servfail)
+    cache = ForwardCache(metrics, cache_options(config))
     server = DnsServer(Engine(options, metrics=metrics), listen, _router(config, metrics),
                        tcp_idle=config.tcp_idle_timeout, max_tcp=max(1, config.tcp_max_connections), cache=cache,
                        query_log=_print if config.log_queries else None)

@@ -18,7 +18,17 @@ from typing import Any
 
 from netkit.cli.filters import parse_selector
 from netkit.config import parse_duration
-from netkit.dns.cache import CAPACITY, MAX_SERVFAIL_TTL, MAX_TTL, MIN_TTL, SERVFAIL_TTL
+from netkit.dns.cache import (
+    CAPACITY,
+    MAX_SERVFAIL_TTL,
+    MAX_TTL,
+    MIN_TTL,
+    PREFETCH_DURATION,
+    PREFETCH_PERCENTAGE,
+    SERVFAIL_TTL,
+    CacheOptions,
+    parse_option,
+)
 from netkit.dns.corefile import CorefileError, Directive, ServerBlock, Token, parse, read_file
 from netkit.dns.upstream import DEFAULT_TIMEOUT, HEALTH_CHECK, MAX_CONCURRENT, MAX_FAILS
 from netkit.errors import NetkitError
@@ -54,6 +64,12 @@ class DnsConfig:
     cache_min_ttl: int = MIN_TTL
     cache_size: int = 2 * CAPACITY
     cache_servfail: float = SERVFAIL_TTL
+    cache_prefetch: int = 0  # the cache's `prefetch AMOUNT [DURATION] [PERCENTAGE%]`; 0: off
+    cache_prefetch_duration: float = PREFETCH_DURATION
+    cache_prefetch_percentage: int = PREFETCH_PERCENTAGE
+    cache_serve_stale: float = 0.0  # the cache's `serve_stale [DURATION] [REFRESH_MODE]`; 0: off
+    cache_serve_stale_verify: bool = False
+    cache_keepttl: bool = False
     # observability and lifecycle
     metrics_listen: str = ":9153"
     health_listen: str = ":8080"
@@ -85,7 +101,9 @@ FROM_COREFILE_ONLY = ("reload", "reload_jitter", "conf", "conf_digest", "loop_ch
 
 def flag_of(field: str) -> str:
     return {"stub_domains": "--stub-domain", "upstreams": "--upstream", "log_queries": "--log-queries",
-            "files": "-f"}.get(field, "--" + field.replace("_", "-"))
+            "files": "-f", "cache_prefetch_duration": "--cache-prefetch",
+            "cache_prefetch_percentage": "--cache-prefetch", "cache_serve_stale_verify": "--cache-serve-stale",
+            }.get(field, "--" + field.replace("_", "-"))
 
 
 def from_args(args: Any) -> DnsConfig:
@@ -106,12 +124,44 @@ def flags_config(args: Any) -> DnsConfig:
         cache_size=args.cache_size, cache_servfail=servfail, metrics_listen=args.metrics_listen,
         health_listen=args.health_listen, ready_listen=args.ready_listen, log_queries=args.log_queries,
         lameduck=_seconds(args.lameduck, "--lameduck"), tcp_idle_timeout=args.tcp_idle_timeout,
-        tcp_max_connections=args.tcp_max_connections, loop=args.loop)
+        tcp_max_connections=args.tcp_max_connections, loop=args.loop, **_cache_flags(args))
     given = [f.name for f in fields(DnsConfig) if f.name not in FLAGS_ONLY + STAND_INS
              and getattr(config, f.name) != getattr(DEFAULTS, f.name)]
     if args.conf and given:
         raise NetkitError(f"{flag_of(given[0])}: cannot be combined with --conf (the Corefile sets it)")
     return config
+
+
+def _cache_flags(args: Any) -> dict[str, Any]:
+    """--cache-prefetch, --cache-serve-stale, --cache-keepttl: each one line of the cache block."""
+    options = CacheOptions()
+    for option, text in (("prefetch", args.cache_prefetch), ("serve_stale", args.cache_serve_stale),
+                         ("keepttl", " " if args.cache_keepttl else "")):
+        if text:
+            try:
+                options = parse_option(options, option, text.split())
+            except ValueError as exc:
+                raise NetkitError(f"--cache-{option.replace('_', '-')}: {exc}") from None
+    return _from_cache_options(options)
+
+
+def _from_cache_options(o: CacheOptions) -> dict[str, Any]:
+    return {"cache_prefetch": o.prefetch, "cache_prefetch_duration": o.prefetch_duration,
+            "cache_prefetch_percentage": o.prefetch_percentage, "cache_serve_stale": o.serve_stale,
+            "cache_serve_stale_verify": o.serve_stale_verify, "cache_keepttl": o.keepttl}
+
+
+def cache_options(config: DnsConfig) -> CacheOptions:
+    """The cache's options (netkit.dns.cache) from a configuration: `cache_ttl` is `cache TTL`,
+    `cache_size` both types' capacities together."""
+    per_type = max(0, config.cache_size) // 2
+    return CacheOptions(
+        enabled=config.cache_ttl > 0, success_capacity=per_type, denial_capacity=per_type,
+        success_ttl=max(0, config.cache_ttl), denial_ttl=max(0, config.cache_ttl), success_minttl=config.cache_min_ttl,
+        denial_minttl=config.cache_min_ttl, servfail=config.cache_servfail, prefetch=config.cache_prefetch,
+        prefetch_duration=config.cache_prefetch_duration, prefetch_percentage=config.cache_prefetch_percentage,
+        serve_stale=config.cache_serve_stale, serve_stale_verify=config.cache_serve_stale_verify,
+        keepttl=config.cache_keepttl)
 
 
 def load(path: str, flags: DnsConfig = DEFAULTS, env: Mapping[str, str] | None = None) -> DnsConfig:
@@ -214,9 +264,9 @@ COMPATIBILITY: tuple[Support, ...] = (
     Support("cache", "servfail", "cache_servfail", "5s"),
     Support("cache", "disable", "", "none", note="the cluster zone only: netkit never caches cluster "
             "answers past a change"),
-    Support("cache", "prefetch", "", "off", _NO),
-    Support("cache", "serve_stale", "", "off", _NO),
-    Support("cache", "keepttl", "", "off", _NO),
+    Support("cache", "prefetch", "cache_prefetch", "off; AMOUNT 1m 10%"),
+    Support("cache", "serve_stale", "cache_serve_stale", "off; 1h immediate"),
+    Support("cache", "keepttl", "cache_keepttl", "off"),
     Support("loop", "", "loop_check", "off"),
     Support("reload", "", "reload", "30s 15s"),
     Support("loadbalance", "", "loadbalance", "off", note="round_robin"),
@@ -462,6 +512,13 @@ class _Builder:
                 self.out["cache_servfail"] = value
             elif option == "disable":
                 self._cache_disable(opt)
+            elif option in ("prefetch", "serve_stale", "keepttl"):
+                try:
+                    parsed = parse_option(CacheOptions(), option, [a.text for a in opt.args])
+                except ValueError as exc:
+                    raise _fail(opt.args[0] if opt.args else opt.name, "cache", option, str(exc)) from None
+                self.out.update({k: v for k, v in _from_cache_options(parsed).items()
+                                 if k.startswith(f"cache_{option}")})
         if ttls["success"] != ttls["denial"]:
             row = next(o for o in d.block if o.name.text in ("success", "denial"))
             raise _fail(row.name, "cache", row.name.text, "different TTLs for success and denial: not supported "
@@ -559,6 +616,7 @@ def _stub(block: ServerBlock, keys: list[tuple[str, int]], port: int, main: dict
             probe = _Builder(main)
             probe.plugin(d, keys[0][0])
             if any(probe.out[k] != main[k] for k in ("cache_ttl", "cache_min_ttl", "cache_size", "cache_servfail",
+                                                      "cache_prefetch", "cache_serve_stale", "cache_keepttl",
                                                       "log_queries")):
                 raise _fail(d.name, name, "", "settings other than the cluster block's: not supported by netkit")
             continue

@@ -165,6 +165,8 @@ class ProxyCounters:
 class CacheCounters:
     evictions: dict[str, int] = field(default_factory=lambda: {"success": 0, "denial": 0})
     drops: int = 0
+    prefetches: int = 0  # refreshes started by prefetch or by serve_stale's immediate mode
+    served_stale: int = 0
 
 
 class DnsMetrics:
@@ -319,8 +321,9 @@ class DnsMetrics:
         m.add_metric([sv, "denial", zones, ""], denial)
         yield m
         for name, value in (("coredns_cache_requests_total", requests), ("coredns_cache_misses_total", misses),
-                            ("coredns_cache_prefetch_total", 0), ("coredns_cache_drops_total", self.cache.drops),
-                            ("coredns_cache_served_stale_total", 0)):
+                            ("coredns_cache_prefetch_total", self.cache.prefetches),
+                            ("coredns_cache_drops_total", self.cache.drops),
+                            ("coredns_cache_served_stale_total", self.cache.served_stale)):
             m = self._family(name)
             m.add_metric([sv, zones, ""], value)
             yield m

@@ -38,7 +38,7 @@ from typing import Any
 
 from dnslib import DNSRecord
 
-from netkit.dns.cache import Entry, ForwardCache, parse_reply
+from netkit.dns.cache import NOERROR, NXDOMAIN, Entry, ForwardCache, parse_reply, query_of
 from netkit.dns.engine import Engine, Upstream, cache_key
 from netkit.dns.loadbalance import permute
 from netkit.dns.metrics import rcode_label
@@ -232,6 +232,8 @@ class DnsServer:
             slow += time.monotonic() - t0
         if hits:
             self.metrics.batch(hits, max(0.0, time.monotonic() - started - slow))
+        if cache.due:
+            self._prefetch()
 
     def _udp_slow(self, sock: socket.socket, data: bytes, addr: tuple[str, int], started: float) -> None:
         outcome, query = self._slow(data, False)
@@ -261,6 +263,7 @@ class DnsServer:
                 self._udp_slow(sock, data, addr, started)
                 continue
             out, kind = hit
+            self._prefetch()
             self._send(sock, out, addr)
             self.metrics.answered(kind, time.monotonic() - started)
             self._log(addr, data, out, False, started)
@@ -322,6 +325,7 @@ class DnsServer:
         started = time.monotonic()
         hit = self._cached(data, True, started)
         if hit is not None:
+            self._prefetch()
             _write(conn, hit[0])
             self.metrics.answered(hit[1], time.monotonic() - started)
             if self.query_log is not None:
@@ -386,14 +390,15 @@ class DnsServer:
         if self.query_log is not None:
             self._log(peer, data, out, tcp, started)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> bool:
         if len(self._tasks) >= self.max_pending:
             coro.close()
             log.warning("too many queries waiting for the upstream: dropping one")
-            return
+            return False
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return True
 
     async def _complete(self, work: Upstream) -> tuple[bytes, str, str]:
         """The reply for work that needs the upstream, the plugin that made it and its cache status."""
@@ -426,25 +431,69 @@ class DnsServer:
         return out, ("cache" if cached else "forward"), (cached or "miss")
 
     async def _exchange(self, data: bytes, q: Query, tcp: bool) -> tuple[bytes | Limit | None, str]:
-        """The upstream's reply to `data` (a query for `q`), from the cache when it is there and fresh.
-        Also the cache type of a hit ("success" | "denial"), "" when it came from the upstream."""
+        """The upstream's reply to `data` (a query for `q`), from the cache when it is there and fresh
+        (or stale, with serve_stale). Also the cache type of a hit ("success" | "denial"), "" when it
+        came from the upstream."""
         end = 12 + len(q.raw_name) - 1
         keyed = data.find(0, 12) == end and end > 12
         key = cache_key(data, end) if keyed else b""
-        entries = self.cache.tcp if tcp else self.cache.udp
+        cache = self.cache
+        entries = cache.tcp if tcp else cache.udp
+        stale: Entry | None = None
         if keyed:
-            entry = self.cache.hit(entries, key, time.monotonic())
+            now = time.monotonic()
+            entry = cache.hit(entries, key, now)
             if entry is not None:
+                self._prefetch()
                 return data[:2] + entry.head + data[12:end] + self._tail(entry), entry.type
+            stale = cache.stale(entries, key, now) if cache.stale_for else None
+            if stale is not None and not cache.options.serve_stale_verify:
+                if not stale.due:  # immediate: serve it, refresh it in the background (once at a time)
+                    stale.due = True
+                    self._start_refresh(tcp, key)
+                return self._served_stale(data, end, stale)
         out = await self.router.forwarder_for(q.name).exchange(data, tcp)
+        if stale is not None and not (isinstance(out, bytes) and len(out) > 3 and out[3] & 0xF in (NOERROR, NXDOMAIN)):
+            stale = cache.stale(entries, key, time.monotonic()) or stale  # verify: the upstream failed
+            return self._served_stale(data, end, stale)
         if keyed and isinstance(out, bytes):
-            out = self.cache.put(key, out, end, tcp, time.monotonic(), len(data), self.engine.family,
-                                 bool(q.edns is not None and q.edns.do))
+            out = cache.put(key, out, end, tcp, time.monotonic(), len(data), self.engine.family,
+                            bool(q.edns is not None and q.edns.do))
         if isinstance(out, bytes) and self.engine.options.loadbalance:
             parsed = parse_reply(out)
             if parsed is not None and parsed.runs:
                 out = permute(out, parsed.runs, self.engine.random)
         return out, ""
+
+    def _served_stale(self, data: bytes, end: int, stale: Entry) -> tuple[bytes, str]:
+        self.cache.counters.served_stale += 1
+        return data[:2] + stale.head + data[12:end] + self._tail(stale), stale.type
+
+    def _prefetch(self) -> None:
+        """Start a refresh of every cache entry that prefetch queued."""
+        due, self.cache.due = self.cache.due, []
+        for tcp, key in due:
+            self._start_refresh(tcp, key)
+
+    def _start_refresh(self, tcp: bool, key: bytes) -> None:
+        if not self._spawn(self._refresh(tcp, key)):
+            self.cache.refreshed(tcp, key)
+
+    async def _refresh(self, tcp: bool, key: bytes) -> None:
+        """Ask the upstream again for a cached answer (prefetch, serve_stale) and keep what it says;
+        counted as CoreDNS's cache counts a prefetch. An upstream that does not answer changes nothing."""
+        self.cache.counters.prefetches += 1
+        data = query_of(key)
+        try:
+            q = parse_query(data)
+            if not isinstance(q, Query):
+                return
+            out = await self.router.forwarder_for(q.name).exchange(data, tcp)
+            if isinstance(out, bytes):
+                self.cache.put(key, out, 12 + len(q.raw_name) - 1, tcp, time.monotonic(), len(data),
+                               self.engine.family, bool(q.edns is not None and q.edns.do))
+        finally:
+            self.cache.refreshed(tcp, key)
 
     async def _chase(self, q: Query, reply: Reply, limit: int, tcp: bool) -> bytes:
         """Resolve an ExternalName's target upstream and add what it finds: its records after the

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 import sys
 
 import pytest
 
+from netkit.cli import parser
+from netkit.dns.cache import CacheOptions
+from netkit.dns.config import cache_options, flags_config
 from netkit.dns.endpoints import parse_http_address
 from netkit.dns.upstream import Address, UpstreamError, parse_stub_domain
 from netkit.errors import NetkitError
@@ -66,3 +70,31 @@ def test_no_api_configuration_is_one_line(tmp_path: object) -> None:
                           cwd=ROOT, capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["netkit: error: --kubeconfig /nonexistent/kubeconfig: no such file"]
+
+
+def dns_args(*flags: str) -> argparse.Namespace:
+    return parser().parse_args(["dns", *flags])
+
+
+def test_the_cache_flags_are_lines_of_the_cache_block() -> None:
+    o = cache_options(flags_config(dns_args()))
+    assert o == CacheOptions(success_ttl=30, denial_ttl=30)  # kubeadm's `cache 30`
+    o = cache_options(flags_config(dns_args("--cache-prefetch", "3 2m 20%", "--cache-serve-stale", "--cache-keepttl")))
+    assert (o.prefetch, o.prefetch_duration, o.prefetch_percentage) == (3, 120.0, 20)
+    assert (o.serve_stale, o.serve_stale_verify, o.keepttl) == (3600.0, False, True)
+    o = cache_options(flags_config(dns_args("--cache-serve-stale", "10m verify")))
+    assert (o.serve_stale, o.serve_stale_verify) == (600.0, True)
+
+
+@pytest.mark.parametrize(("flag", "value", "reason"), [
+    ("--cache-prefetch", "0", "prefetch amount should be positive"),
+    ("--cache-prefetch", "2 1m 50", "last character of percentage should be `%`"),
+    ("--cache-serve-stale", "1m nono", "invalid value for serve_stale refresh mode: nono"),
+    ("--cache-serve-stale", "20", "serve_stale: not a duration"),
+])
+def test_a_bad_cache_option_is_one_line_and_exit_2(flag: str, value: str, reason: str) -> None:
+    proc = netkit_dns("--listen", f"127.0.0.1:{free_port()}", *NO_HTTP, flag, value)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"netkit: error: {flag}: {reason}"), lines
+

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from netkit.dns.config import corefile_digest
 from tests.conftest import EXAMPLES, ROOT
-from tests.dnsserver.conftest import free_port
+from tests.dnsserver.conftest import TestUpstream, free_port
 
 WEB = "web.default.svc.cluster.local."
 
@@ -218,3 +218,29 @@ def test_without_lameduck_sigterm_exits_at_once(tmp_path: Path, serve: Callable[
     served.proc.send_signal(signal.SIGTERM)
     assert served.proc.wait(30) == 0
     assert not served.said("lameduck")
+
+
+def test_serve_stale_through_a_corefile(tmp_path: Path, serve: Callable[[Path, int, int], Served]) -> None:
+    upstream = TestUpstream(host="127.0.0.24")
+    try:
+        port, ready, metrics = free_port(), free_port(), free_port()
+        extra = f"""prometheus 127.0.0.1:{metrics}
+    forward . 127.0.0.24:{upstream.port}
+    cache 30 {{
+        success 9984 1 0
+        denial 9984 1 0
+        serve_stale 1h immediate
+        prefetch 100
+    }}"""
+        (tmp_path / "Corefile").write_text(corefile(port, ready, extra=extra))
+        served = serve(tmp_path / "Corefile", port, ready)
+        wait_for(lambda: served.ask("www.example.com.") is not None, served)
+        upstream.mute = True  # the upstream goes silent; the answer expires (TTL 1)
+        time.sleep(1.2)
+        m = served.ask("www.example.com.")
+        assert m is not None and m.rcode() == dns.rcode.NOERROR and ttl_of(m) == 0
+        assert m.answer[0][0].to_text() == "192.0.2.1"
+        assert sum(served.metric(metrics, "coredns_cache_served_stale_total").values()) == 1
+        assert "autopath" not in str(served.metric(metrics, "coredns_plugin_enabled"))
+    finally:
+        upstream.close()

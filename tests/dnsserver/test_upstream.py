@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import dns.flags
 import dns.message
@@ -39,8 +40,8 @@ def test_names_outside_the_zone_are_forwarded(start_server: Start, upstream: Tes
 def test_an_upstream_servfail_is_cached_for_the_servfail_duration_then_asked_again(
         start_server: Start, upstream: TestUpstream) -> None:
     r = start_server(view(), [upstream.address])
-    assert r.server.cache.servfail_ttl == 5.0  # CoreDNS's default; shortened below to keep the test quick
-    r.lt.run(lambda: setattr(r.server.cache, "servfail_ttl", 1.0))
+    assert r.server.cache.options.servfail == 5.0  # CoreDNS's default; shortened below to keep the test quick
+    r.lt.run(lambda: setattr(r.server.cache, "options", replace(r.server.cache.options, servfail=1.0)))
     upstream.failing = True
     assert ask(r, "flaky.example.com.", "A").rcode() == dns.rcode.SERVFAIL
     upstream.failing = False  # the upstream recovers; the cached SERVFAIL stands for its duration

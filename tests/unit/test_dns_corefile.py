@@ -158,11 +158,11 @@ def test_the_flags_and_the_corefile_cannot_both_say_it(tmp_path: Path) -> None:
 
 
 def test_an_unsupported_plugin_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    (tmp_path / "Corefile").write_text(KUBEADM.replace("    loop\n", "    loop\n    autopath @kubernetes\n"))
+    (tmp_path / "Corefile").write_text(KUBEADM.replace("    loop\n", "    loop\n    hosts\n"))
     proc = subprocess.run([sys.executable, "-m", "netkit", "dns", "--conf", str(tmp_path / "Corefile")],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
-    assert proc.stderr == f"netkit: error: {tmp_path / 'Corefile'}:21:5: autopath: not supported by netkit\n"
+    assert proc.stderr == f"netkit: error: {tmp_path / 'Corefile'}:21:5: hosts: not supported by netkit\n"
 
 
 # --- the compatibility table against CoreDNS's READMEs ---------------------------------------------
@@ -232,6 +232,13 @@ def test_unknown_plugins_and_properties_are_refused() -> None:
      {"cache_ttl": 300, "cache_size": 7500, "cache_servfail": 10.0}),
     (("cache {", "success 100 60 1", "denial 100 60 1", "}"), {"cache_ttl": 60, "cache_min_ttl": 1, "cache_size": 200}),
     (("cache {", "servfail 0", "}"), {"cache_servfail": 0.0}),
+    (("cache",), {"cache_prefetch": 0, "cache_serve_stale": 0.0, "cache_keepttl": False}),  # README: all off
+    (("cache 30 {", "prefetch 10", "}"),
+     {"cache_prefetch": 10, "cache_prefetch_duration": 60.0, "cache_prefetch_percentage": 10}),
+    (("cache {", "prefetch 2 30s 50%", "serve_stale 10m verify", "keepttl", "}"),
+     {"cache_prefetch": 2, "cache_prefetch_duration": 30.0, "cache_prefetch_percentage": 50,
+      "cache_serve_stale": 600.0, "cache_serve_stale_verify": True, "cache_keepttl": True}),
+    (("cache {", "serve_stale", "}"), {"cache_serve_stale": 3600.0, "cache_serve_stale_verify": False}),
     (("loop",), {"loop_check": True}),
     (("reload",), {"reload": 30.0, "reload_jitter": 15.0}),
     (("reload 10s",), {"reload": 10.0, "reload_jitter": 5.0}),  # jitter at most half the interval
@@ -273,6 +280,11 @@ def test_kubernetes_options(options: tuple[str, ...], expected: dict[str, Any]) 
     (("cache {", "success 10 60", "}"), "4:5", "different TTLs for success and denial"),
     (("cache {", "disable success example.org", "}"), "4:21", "zones other than the kubernetes zone"),
     (("cache {", "disable denial", "}"), "4:13", "disable for every zone: not supported"),
+    (("cache {", "prefetch 0", "}"), "4:14", "prefetch amount should be positive"),
+    (("cache {", "prefetch 1 1m 50", "}"), "4:14", "last character of percentage should be `%`"),
+    (("cache {", "serve_stale 20", "}"), "4:17", "serve_stale: not a duration"),
+    (("cache {", "serve_stale 1m nono", "}"), "4:17", "invalid value for serve_stale refresh mode: nono"),
+    (("cache {", "keepttl now", "}"), "4:13", "keepttl takes no arguments"),
     (("reload 1s",), "3:12", "interval value must be greater or equal to 2s"),
     (("reload 10s 0s",), "3:16", "jitter value must be greater or equal to 1s"),
     (("loadbalance weighted /etc/w",), "3:17", "loadbalance: weighted: not supported by netkit"),

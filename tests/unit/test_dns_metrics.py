@@ -9,7 +9,7 @@ from dnslib import QTYPE, RR, SOA, A, DNSRecord
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from netkit.dns.cache import ForwardCache, parse_reply
+from netkit.dns.cache import CacheOptions, ForwardCache, parse_reply
 from netkit.dns.engine import cache_key
 from netkit.dns.metrics import COREDNS_METRICS, DnsMetrics, Kind
 from netkit.dns.server import log_line
@@ -124,16 +124,16 @@ def test_cache_clamps_like_cache_30_and_counts_down() -> None:
     assert ttls(cache.put(cache_key(short_data, short_end), short, short_end, False, 0, 1, 1, False)) == [5]
 
 
-def test_cache_denials_use_the_soa_minimum_and_memory_is_bounded() -> None:
+def test_cache_denials_use_the_soa_minimum_and_each_type_is_bounded() -> None:
     metrics = DnsMetrics("")
-    cache = ForwardCache(metrics, capacity=3)
+    cache = ForwardCache(metrics, CacheOptions(success_ttl=30, denial_ttl=30, success_capacity=2, denial_capacity=1))
     data, reply, end = upstream_reply("gone.test", 60, nxdomain=True)
     assert ttls(cache.put(cache_key(data, end), reply, end, False, 0, 1, 1, False)) == [7]  # min(ttl, minimum)
     for i in range(5):
         d, r, e = upstream_reply(f"n{i}.example.com", 60)
         cache.put(cache_key(d, e), r, e, False, 0, 1, 1, False)
     assert len(cache.udp) == 3 and sum(cache.counts()) == 3
-    assert metrics.cache.evictions == {"success": 2, "denial": 1}
+    assert metrics.cache.evictions == {"success": 3, "denial": 0}  # each type within its own capacity
 
 
 def with_rcode(reply: bytes, rcode: int) -> bytes:
@@ -163,20 +163,20 @@ def test_server_errors_are_kept_for_the_servfail_duration_as_denials(rcode: int)
     assert e is not None and e.type == "denial"
     assert (data[:2] + e.head + data[12:end] + bytes(e.tail))[3] & 0xF == rcode
     assert cache.hit(cache.udp, key, 105.0) is None and cache.counts() == (0, 0)  # 5 s, whatever the TTLs say
-    short = ForwardCache(metrics, servfail_ttl=0.5)
+    short = ForwardCache(metrics, CacheOptions(servfail=0.5))
     short.put(key, failed, end, False, 0.0, 1, 1, False)
     assert short.hit(short.udp, key, 0.4) is not None and short.hit(short.udp, key, 0.5) is None
-    off = ForwardCache(metrics, servfail_ttl=0)
+    off = ForwardCache(metrics, CacheOptions(servfail=0))
     off.put(key, failed, end, False, 0.0, 1, 1, False)
     assert not off.udp
 
 
 def test_the_servfail_duration_is_capped_like_corednss() -> None:
-    ForwardCache(DnsMetrics(""), servfail_ttl=300)
+    CacheOptions(servfail=300)
     with pytest.raises(ValueError, match="over 5 minutes is not permitted"):
-        ForwardCache(DnsMetrics(""), servfail_ttl=301)
+        CacheOptions(servfail=301)
     with pytest.raises(ValueError, match="negative"):
-        ForwardCache(DnsMetrics(""), servfail_ttl=-1)
+        CacheOptions(servfail=-1)
 
 
 def test_the_number_of_kinds_stays_bounded() -> None:
