@@ -52,6 +52,7 @@ from netkit.dns.upstream import (
     Router,
     parse_address,
     parse_stub_domain,
+    resolv_conf_search,
     resolv_conf_upstreams,
 )
 from netkit.dns.view import MAX_TTL as MAX_RECORD_TTL
@@ -84,6 +85,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--ttl", type=int, default=30, help=f"record TTL in seconds, 0..{MAX_RECORD_TTL} (default 30)")
     p.add_argument("--pods", choices=[m.value for m in PodMode], default=PodMode.INSECURE.value,
                    help="pod records a-b-c-d.<ns>.pod.<zone> (default insecure, as kubeadm's Corefile)")
+    p.add_argument("--autopath", action="store_true",
+                   help="walk a pod's search path server-side, as CoreDNS's `autopath @kubernetes` "
+                        "(needs --pods verified; the search domains after the cluster's come from --resolv-conf)")
     p.add_argument("--loadbalance", choices=["round_robin", "off"], default="round_robin",
                    help="shuffle the A/AAAA records of each answer, as CoreDNS's loadbalance (default round_robin)")
     g = p.add_argument_group("forwarding (CoreDNS's forward)")
@@ -154,7 +158,8 @@ def _http_addresses(config: DnsConfig) -> dict[str, tuple[str | None, int] | Non
 def _options(config: DnsConfig) -> Options:
     try:
         return Options(zone=name_from_text(config.zone), ttl=config.ttl, pods=PodMode(config.pods),
-                       loadbalance=config.loadbalance, local_ips=_local_ips(config.listen))
+                       loadbalance=config.loadbalance, local_ips=_local_ips(config.listen), autopath=config.autopath,
+                       autopath_search=resolv_conf_search(config.resolv_conf) if config.autopath else ())
     except ValueError as exc:
         raise NetkitError(str(exc)) from exc
 

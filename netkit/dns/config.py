@@ -70,6 +70,7 @@ class DnsConfig:
     cache_serve_stale: float = 0.0  # the cache's `serve_stale [DURATION] [REFRESH_MODE]`; 0: off
     cache_serve_stale_verify: bool = False
     cache_keepttl: bool = False
+    autopath: bool = False  # `autopath @kubernetes`
     # observability and lifecycle
     metrics_listen: str = ":9153"
     health_listen: str = ":8080"
@@ -124,7 +125,8 @@ def flags_config(args: Any) -> DnsConfig:
         cache_size=args.cache_size, cache_servfail=servfail, metrics_listen=args.metrics_listen,
         health_listen=args.health_listen, ready_listen=args.ready_listen, log_queries=args.log_queries,
         lameduck=_seconds(args.lameduck, "--lameduck"), tcp_idle_timeout=args.tcp_idle_timeout,
-        tcp_max_connections=args.tcp_max_connections, loop=args.loop, **_cache_flags(args))
+        tcp_max_connections=args.tcp_max_connections, loop=args.loop, autopath=args.autopath,
+        **_cache_flags(args))
     given = [f.name for f in fields(DnsConfig) if f.name not in FLAGS_ONLY + STAND_INS
              and getattr(config, f.name) != getattr(DEFAULTS, f.name)]
     if args.conf and given:
@@ -273,7 +275,7 @@ COMPATIBILITY: tuple[Support, ...] = (
     Support("log", "", "log_queries", "off", note="the default format, every name"),
     Support("hosts", "", "", "", _NO),
     Support("rewrite", "", "", "", _NO),
-    Support("autopath", "", "", "", _NO),
+    Support("autopath", "", "autopath", "off", note="@kubernetes with pods verified"),
 )
 _TABLE = {(s.plugin, s.option): s for s in COMPATIBILITY}
 
@@ -284,7 +286,7 @@ def plugins_enabled(config: DnsConfig) -> tuple[str, ...]:
           "ready": bool(config.ready_listen), "prometheus": bool(config.metrics_listen),
           "forward": bool(config.upstreams or config.resolv_conf), "cache": config.cache_ttl > 0,
           "loop": config.loop_check, "reload": config.reload > 0, "loadbalance": config.loadbalance,
-          "log": config.log_queries}
+          "log": config.log_queries, "autopath": config.autopath}
     return tuple(sorted(name for name, yes in on.items() if yes))
 
 # What a Corefile's absence of a plugin means (the plugin is off), as opposed to the flags' defaults.
@@ -535,6 +537,18 @@ class _Builder:
         for tok in opt.args[1:]:
             if _zone(tok, "cache") != cluster:
                 raise _fail(tok, "cache", "disable", "zones other than the kubernetes zone: not supported by netkit")
+
+    def _autopath(self, d: Directive, zone: str) -> None:
+        if d.block:
+            raise _fail(d.block[0].name, "autopath", "", "a block: not supported by netkit")
+        if not d.args or d.args[-1].text != "@kubernetes":
+            raise _fail(d.args[-1] if d.args else d.name, "autopath", "", "only @kubernetes is supported by netkit")
+        for extra in d.args[:-1]:
+            if _zone(extra, "autopath") not in (".", zone):
+                raise _fail(extra, "autopath", "", "zones other than the server block's: not supported by netkit")
+        if self.out.get("pods") != "verified":
+            raise _fail(d.args[-1], "autopath", "", "@kubernetes needs the kubernetes plugin's pods verified")
+        self.out["autopath"] = True
 
     def _loop(self, d: Directive, _: str) -> None:
         _no_args(d, "loop")

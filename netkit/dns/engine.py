@@ -36,6 +36,7 @@ from netkit.dns.view import Options, View
 from netkit.dns.wire import Query, Rejected, encode, encode_rejected, parse_query, reply_limit
 
 CLASS_IN, CLASS_ANY = 1, 255
+NXDOMAIN = 3
 Cache = dict[bytes, tuple[bytes, bytes, int]]  # key → (reply head, reply tail, kind number)
 Exact = dict[bytes, tuple[bytes, int]]  # query but its ID → (reply but its ID, kind number)
 
@@ -151,6 +152,8 @@ class Engine:
         end = 12 + len(query.raw_name) - 1
         if data.find(0, 12) != end or end == 12:
             return
+        if self.options.autopath and out[3] & 0xF == NXDOMAIN:
+            return  # autopath answers it by the client's namespace: it must reach the server's slow path
         cache = self.tcp_cache if tcp else self.udp_cache
         if len(cache) >= self.max_entries:
             for t, n in self.cached.items():

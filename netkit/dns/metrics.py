@@ -82,6 +82,7 @@ COREDNS_METRICS: tuple[Spec, ...] = (
          "The number of requests served from stale cache entries."),
     Spec("coredns_cache_evictions_total", "counter", ("server", "type", "zones", "view"),
          "The count of cache evictions."),
+    Spec("coredns_autopath_success_total", "counter", ("server",), "Counter of requests that did autopath."),
     Spec("coredns_forward_healthcheck_broken_total", "counter", (),
          "Counter of the number of complete failures of the healthchecks."),
     Spec("coredns_forward_max_concurrent_rejects_total", "counter", (),
@@ -185,6 +186,7 @@ class DnsMetrics:
         self.cache_entries: Callable[[], tuple[int, int]] = lambda: (0, 0)  # (success, denial)
         self.reload_failed = 0
         self.reload_digest = ""  # the SHA-512 of the Corefile running, with `reload`
+        self.autopath = 0  # answers autopath found further down the search path
 
     def kind(self, kind: Kind) -> int:
         n = self._numbers.get(kind)
@@ -226,6 +228,9 @@ class DnsMetrics:
         yield from self._info()
         yield from self._dns()
         yield from self._caches()
+        m = self._family("coredns_autopath_success_total")
+        m.add_metric([self.server], self.autopath)
+        yield m
         yield from self._forward()
 
     def _family(self, name: str) -> Any:  # a Counter/Gauge/HistogramMetricFamily

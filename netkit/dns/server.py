@@ -38,12 +38,13 @@ from typing import Any
 
 from dnslib import DNSRecord
 
+from netkit.dns.autopath import candidates, search_path
 from netkit.dns.cache import NOERROR, NXDOMAIN, Entry, ForwardCache, parse_reply, query_of
 from netkit.dns.engine import Engine, Upstream, cache_key
 from netkit.dns.loadbalance import permute
 from netkit.dns.metrics import rcode_label
-from netkit.dns.names import Name
-from netkit.dns.resolver import REFUSED, SERVFAIL, Rcode, Reply
+from netkit.dns.names import Name, name_from_text
+from netkit.dns.resolver import REFUSED, SERVFAIL, Rcode, Record, Reply, RType
 from netkit.dns.upstream import Address, Forwarder, Limit, Router, is_self
 from netkit.dns.view import View
 from netkit.dns.wire import Query, encode, parse_query, reply_limit
@@ -236,12 +237,22 @@ class DnsServer:
             self._prefetch()
 
     def _udp_slow(self, sock: socket.socket, data: bytes, addr: tuple[str, int], started: float) -> None:
+        plan = self._autopath_plan(data, addr[0]) if self.engine.options.autopath else None
+        if plan is not None:
+            self._spawn(self._udp_autopath(sock, data, plan, addr, started))
+            return
         outcome, query = self._slow(data, False)
         if isinstance(outcome, Upstream):
             self._spawn(self._udp_upstream(sock, outcome, addr, started))
         elif outcome is not None:
             self._send(sock, outcome, addr)
             self._count(query, data, outcome, False, "kubernetes", "miss", started, addr)
+
+    async def _udp_autopath(self, sock: socket.socket, data: bytes, plan: tuple[Query, tuple[Name, ...]],
+                            addr: tuple[str, int], started: float) -> None:
+        out, plugin, cache = await self._autopath(data, *plan, False)
+        self._send(sock, out, addr)
+        self._count(plan[0], data, out, False, plugin, cache, started, addr)
 
     async def _udp_upstream(self, sock: socket.socket, work: Upstream, addr: tuple[str, int], started: float) -> None:
         out, plugin, cache = await self._complete(work)
@@ -331,6 +342,11 @@ class DnsServer:
             if self.query_log is not None:
                 self._log(peer, data, hit[0], True, started)
             return True
+        plan = self._autopath_plan(data, peer[0]) if self.engine.options.autopath else None
+        if plan is not None:
+            conn.busy += 1
+            self._spawn(self._tcp_autopath(conn, data, plan, started, peer))
+            return True
         outcome, query = self._slow(data, True)
         if outcome is None:
             return False
@@ -341,6 +357,16 @@ class DnsServer:
             _write(conn, outcome)
             self._count(query, data, outcome, True, "kubernetes", "miss", started, peer)
         return True
+
+    async def _tcp_autopath(self, conn: _Conn, data: bytes, plan: tuple[Query, tuple[Name, ...]], started: float,
+                            peer: tuple[str, int]) -> None:
+        try:
+            out, plugin, cache = await self._autopath(data, *plan, True)
+            _write(conn, out)
+            self._count(plan[0], data, out, True, plugin, cache, started, peer)
+        finally:
+            conn.busy -= 1
+            conn.room.set()
 
     async def _tcp_upstream(self, conn: _Conn, work: Upstream, started: float, peer: tuple[str, int]) -> None:
         try:
@@ -511,6 +537,60 @@ class DnsServer:
         merged = Reply(Rcode(found.header.rcode), reply.answer, authoritative=False)
         return encode(q, merged, limit, extra=found.rr, extra_authority=() if found.rr else found.auth,
                       truncated=bool(found.header.tc))
+
+    # --- autopath (netkit.dns.autopath) ------------------------------------------------------------
+
+    def _autopath_plan(self, data: bytes, client: str) -> tuple[Query, tuple[Name, ...]] | None:
+        """The query and the names to try when autopath applies to it (a pod asking a name in the
+        first element of its search path); None otherwise."""
+        view = self.engine.view
+        search = search_path(view, self.engine.options, client) if view is not None else ()
+        if not search:
+            return None
+        q = parse_query(data)
+        if not isinstance(q, Query) or q.qclass not in (1, 255):
+            return None
+        names = candidates(q.name, search)
+        return (q, names) if names else None
+
+    async def _autopath(self, data: bytes, q: Query, names: tuple[Name, ...], tcp: bool) -> tuple[bytes, str, str]:
+        """The first answer down the search path that is not NXDOMAIN, under the name asked with a
+        CNAME to the name found; the usual answer when the name asked exists or nothing does."""
+        usual = await self._usual(data, tcp)  # names[0] is the name asked
+        if len(usual[0]) < 4 or usual[0][3] & 0xF != NXDOMAIN:
+            return usual
+        limit = reply_limit(q.edns, tcp)
+        for name in names[1:]:
+            out, _, _ = await self._usual(question_wire(name, q.qtype), tcp)
+            found = DNSRecord.parse(out)
+            if found.header.rcode == NXDOMAIN:
+                continue
+            self.metrics.autopath += 1
+            return self._cnamed(q, found, limit), "autopath", "miss"
+        return usual
+
+    async def _usual(self, data: bytes, tcp: bool) -> tuple[bytes, str, str]:
+        outcome, query = self._slow(data, tcp)
+        if isinstance(outcome, Upstream):
+            return await self._complete(outcome)
+        return outcome if outcome is not None else b"", "kubernetes", "miss"
+
+    def _cnamed(self, q: Query, found: DNSRecord, limit: int) -> bytes:
+        """`found` as the answer to `q`: CoreDNS's cnamer puts a CNAME from the name asked to the owner
+        of the first answer record that is not the name asked in front of the answer."""
+        cname: tuple[Record, ...] = ()
+        for rr in found.rr:
+            owner = name_from_text(str(rr.rname))
+            if owner != q.name:
+                cname = (Record(q.name, RType.CNAME, rr.ttl, owner),)
+                break
+        try:
+            rcode = Rcode(found.header.rcode)
+        except ValueError:
+            rcode = Rcode.SERVFAIL
+        merged = Reply(rcode, cname, authoritative=bool(found.header.aa))
+        return encode(q, merged, limit, extra=found.rr, extra_authority=found.auth, truncated=bool(found.header.tc),
+                      zone=self.engine.options.zone)
 
     # --- the query log ---------------------------------------------------------------------------
 

@@ -120,6 +120,21 @@ def resolv_conf_upstreams(path: str = "/etc/resolv.conf") -> list[Address]:
         return []
 
 
+def resolv_conf_search(path: str) -> tuple[Name, ...]:
+    """The search domains of a resolv.conf (its last `search` line, as the resolver reads it)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return ()
+    found: tuple[Name, ...] = ()
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] in ("search", "domain"):
+            found = tuple(n for n in map(name_from_text, fields[1:]) if n)
+    return found
+
+
 def is_self(upstream: Address, listening: Iterable[Address]) -> bool:
     """Would a query to `upstream` arrive at one of our own sockets?"""
     up = ip_address(upstream.host)

@@ -37,8 +37,12 @@ class Options:
     pods: PodMode = PodMode.INSECURE  # kubeadm's Corefile: `pods insecure`
     loadbalance: bool = True  # shuffle A/AAAA answers (CoreDNS's `loadbalance`); done by the engine
     local_ips: tuple[IPAddress, ...] = ()  # the server's own addresses: finds its Service for `NS`
+    autopath: bool = False  # CoreDNS's `autopath @kubernetes` (netkit.dns.autopath)
+    autopath_search: tuple[Name, ...] = ()  # the search domains of the server's resolv.conf
 
     def __post_init__(self) -> None:
+        if self.autopath and self.pods is not PodMode.VERIFIED:
+            raise ValueError("autopath @kubernetes needs pods verified (it finds the client's pod by its address)")
         if not 0 <= self.ttl <= MAX_TTL:
             raise ValueError(f"ttl {self.ttl} is outside 0..{MAX_TTL}")
         if not self.zone:
@@ -93,6 +97,7 @@ class View:
     reverse: Mapping[IPAddress, tuple[Name, ...]]
     pods: frozenset[tuple[str, IPAddress]]  # (namespace, address) of known pods (pods verified)
     nameservers: tuple[IPAddress, ...] = ()  # the addresses of ns.dns.<zone>
+    pod_namespaces: Mapping[IPAddress, str] = field(default_factory=dict)  # pod IP → namespace (autopath)
 
 
 def build(objects: Objects, options: Options, serial: int = 1) -> View:
@@ -109,6 +114,7 @@ def build(objects: Objects, options: Options, serial: int = 1) -> View:
         reverse=MappingProxyType(_reverse(services.values())),
         pods=frozenset(_pods(objects)),
         nameservers=_nameservers(services, options.local_ips),
+        pod_namespaces=MappingProxyType(_pod_namespaces(objects) if options.autopath else {}),
     )
 
 
@@ -187,6 +193,15 @@ def _nameservers(services: Mapping[tuple[str, str], Entry], local: tuple[IPAddre
     addrs = [a for e in found for a in (e.addresses if e.kind is Kind.CLUSTER_IP
                                         else [x for h in e.hosts.values() for x in h.addresses])]
     return tuple(dict.fromkeys(addrs)) or local
+
+
+def _pod_namespaces(objects: Objects) -> dict[IPAddress, str]:
+    """Each Pod's addresses → its namespace (the first Pod seen wins an address two share)."""
+    out: dict[IPAddress, str] = {}
+    for pod in objects.pods:
+        for ip in pod.ips:
+            out.setdefault(ip, pod.ref.namespace)
+    return out
 
 
 def _pods(objects: Objects) -> Iterable[tuple[str, IPAddress]]:

@@ -98,3 +98,11 @@ def test_a_bad_cache_option_is_one_line_and_exit_2(flag: str, value: str, reason
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"netkit: error: {flag}: {reason}"), lines
 
+
+def test_autopath_without_pods_verified_is_one_line_and_exit_2() -> None:
+    proc = netkit_dns("--listen", f"127.0.0.1:{free_port()}", *NO_HTTP, "--autopath")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["netkit: error: autopath @kubernetes needs pods verified "
+                     "(it finds the client's pod by its address)"]
+    assert dns_args("--autopath", "--pods", "verified").autopath

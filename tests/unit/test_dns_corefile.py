@@ -165,6 +165,19 @@ def test_an_unsupported_plugin_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert proc.stderr == f"netkit: error: {tmp_path / 'Corefile'}:21:5: hosts: not supported by netkit\n"
 
 
+def test_autopath_needs_pods_verified_and_says_where(tmp_path: Path) -> None:
+    (tmp_path / "Corefile").write_text(KUBEADM.replace("    loop\n", "    loop\n    autopath @kubernetes\n"))
+    proc = subprocess.run([sys.executable, "-m", "netkit", "dns", "--conf", str(tmp_path / "Corefile")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert proc.stderr == f"netkit: error: {tmp_path / 'Corefile'}:21:14: autopath: @kubernetes needs the " \
+                          "kubernetes plugin's pods verified\n"
+    verified = KUBEADM.replace("pods insecure", "pods verified")
+    verified = verified.replace("    loop\n", "    loop\n    autopath @kubernetes\n")
+    c = config(verified)
+    assert c.autopath and "autopath" in plugins_enabled(c)
+
+
 # --- the compatibility table against CoreDNS's READMEs ---------------------------------------------
 
 
@@ -285,6 +298,7 @@ def test_kubernetes_options(options: tuple[str, ...], expected: dict[str, Any]) 
     (("cache {", "serve_stale 20", "}"), "4:17", "serve_stale: not a duration"),
     (("cache {", "serve_stale 1m nono", "}"), "4:17", "invalid value for serve_stale refresh mode: nono"),
     (("cache {", "keepttl now", "}"), "4:13", "keepttl takes no arguments"),
+    (("autopath /etc/resolv.conf",), "3:14", "only @kubernetes is supported by netkit"),
     (("reload 1s",), "3:12", "interval value must be greater or equal to 2s"),
     (("reload 10s 0s",), "3:16", "jitter value must be greater or equal to 1s"),
     (("loadbalance weighted /etc/w",), "3:17", "loadbalance: weighted: not supported by netkit"),

@@ -34,6 +34,7 @@ COREDNS = {
     "coredns_cache_drops_total": ("counter", {"server", "zones", "view"}),
     "coredns_cache_served_stale_total": ("counter", {"server", "zones", "view"}),
     "coredns_cache_evictions_total": ("counter", {"server", "type", "zones", "view"}),
+    "coredns_autopath_success_total": ("counter", {"server"}),
     "coredns_forward_healthcheck_broken_total": ("counter", set()),
     "coredns_forward_max_concurrent_rejects_total": ("counter", set()),
     "coredns_proxy_request_duration_seconds": ("histogram", {"proxy_name", "to", "rcode"}),
