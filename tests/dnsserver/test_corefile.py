@@ -244,3 +244,43 @@ def test_serve_stale_through_a_corefile(tmp_path: Path, serve: Callable[[Path, i
         assert "autopath" not in str(served.metric(metrics, "coredns_plugin_enabled"))
     finally:
         upstream.close()
+
+
+def test_autopath_through_a_corefile(tmp_path: Path) -> None:
+    """A pod at 127.0.0.41 (namespace other) asks `web.default.other.svc…` once and gets web.default's
+    address under a CNAME; the Corefile says `autopath @kubernetes` with `pods verified`."""
+    port, ready = free_port(), free_port()
+    (tmp_path / "pod.yaml").write_text(  # a file source waits for a Service in every file
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: client, namespace: other}\nstatus: {podIPs: [{ip: 127.0.0.41}]}\n"
+        "---\napiVersion: v1\nkind: Service\nmetadata: {name: client, namespace: other}\n"
+        "spec: {clusterIP: 10.96.7.7, ports: [{port: 80}]}\n")
+    text = corefile(port, ready).replace("pods insecure", "pods verified")
+    text = text.replace("    errors\n", "    errors\n    autopath @kubernetes\n")
+    (tmp_path / "Corefile").write_text(text)
+    proc = subprocess.Popen([sys.executable, "-m", "netkit", "dns", "--conf", str(tmp_path / "Corefile"),
+                             "-f", str(EXAMPLES), "-f", str(tmp_path / "pod.yaml")],
+                            cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        asked = "web.default.other.svc.cluster.local."
+        q = dns.message.make_query(asked, "A")
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "no answer but SERVFAIL from netkit dns"
+            try:
+                m = dns.query.udp(q, "127.0.0.1", port=port, timeout=1, source="127.0.0.41")
+            except (dns.exception.Timeout, OSError):
+                continue
+            if m.rcode() != dns.rcode.SERVFAIL:  # SERVFAIL until the first complete list
+                break
+            time.sleep(0.1)
+        assert m.rcode() == dns.rcode.NOERROR
+        assert m.answer[0].name.to_text() == asked and m.answer[0][0].to_text() == WEB
+        assert m.answer[1].name.to_text() == WEB
+        plain = dns.query.udp(q, "127.0.0.1", port=port, timeout=5)  # not a pod: as usual
+        assert plain.rcode() == dns.rcode.NXDOMAIN
+    finally:
+        proc.kill()
+        proc.wait(10)
+        if proc.stderr is not None:
+            proc.stderr.close()
