@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import signal
@@ -37,6 +38,8 @@ from netkit.dns.config import DnsConfig, cache_options, corefile_digest, flags_c
 from netkit.dns.corefile import read_file
 from netkit.dns.endpoints import health_app, metrics_app, parse_http_address, ready_app, serve
 from netkit.dns.engine import Engine
+from netkit.dns.hosts import HostsOptions, HostsTable
+from netkit.dns.hosts import parse as hosts_parse
 from netkit.dns.metrics import DnsMetrics
 from netkit.dns.names import Name, name_from_text, name_to_text
 from netkit.dns.scope import scoped
@@ -63,6 +66,7 @@ from netkit.model.types import IPAddress
 from netkit.sources.store import Store
 
 _REPORTED: set[str] = set()  # invalid objects already reported
+log = logging.getLogger("netkit.dns")
 REBUILD_INTERVAL = 0.2  # seconds between the starts of two view builds at most
 
 
@@ -159,6 +163,7 @@ def _options(config: DnsConfig) -> Options:
     try:
         return Options(zone=name_from_text(config.zone), ttl=config.ttl, pods=PodMode(config.pods),
                        loadbalance=config.loadbalance, local_ips=_local_ips(config.listen), autopath=config.autopath,
+                       endpoint_pod_names=config.endpoint_pod_names,
                        autopath_search=resolv_conf_search(config.resolv_conf) if config.autopath else ())
     except ValueError as exc:
         raise NetkitError(str(exc)) from exc
@@ -317,6 +322,11 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
         server.set_view(view)
     runners: list[web.AppRunner] = []
     tasks: list[asyncio.Task[Any]] = []
+    if config.hosts is not None:
+        stamp, table = _read_hosts(config.hosts, None)
+        server.engine.set_hosts(config.hosts, table or hosts_parse("", config.hosts))
+        if config.hosts.reload > 0:
+            tasks.append(asyncio.create_task(_reload_hosts(server.engine, config.hosts, stamp)))
     draining = asyncio.Event()
     try:
         apps: dict[str, Callable[[], web.Application]] = {
@@ -448,6 +458,29 @@ def _report(store: Store) -> None:
         if problem not in _REPORTED:
             _REPORTED.add(problem)
             _say(f"invalid object left out: {problem}")
+
+
+def _read_hosts(options: HostsOptions, stamp: tuple[int, int] | None) -> tuple[tuple[int, int], HostsTable | None]:
+    """The hosts plugin's table when the file's size or mtime changed since `stamp` (as CoreDNS), else
+    None; a file that cannot be read keeps what was read before (the inline entries at first)."""
+    try:
+        info = os.stat(options.path)
+        if (info.st_mtime_ns, info.st_size) == stamp:
+            return stamp, None
+        return (info.st_mtime_ns, info.st_size), hosts_parse(read_file(options.path), options)
+    except OSError as exc:
+        if stamp is not None:
+            return stamp, None
+        log.warning("hosts: %s: %s", options.path, exc.strerror or exc)
+        return (-1, -1), hosts_parse("", options)
+
+
+async def _reload_hosts(engine: Engine, options: HostsOptions, stamp: tuple[int, int]) -> None:
+    while True:
+        await asyncio.sleep(options.reload)
+        stamp, table = await asyncio.to_thread(_read_hosts, options, stamp)
+        if table is not None:
+            engine.set_hosts(options, table)
 
 
 async def _check_loops(server: DnsServer) -> None:

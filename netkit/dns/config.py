@@ -30,6 +30,8 @@ from netkit.dns.cache import (
     parse_option,
 )
 from netkit.dns.corefile import CorefileError, Directive, ServerBlock, Token, parse, read_file
+from netkit.dns.hosts import DEFAULT_PATH, DEFAULT_RELOAD, DEFAULT_TTL, HostsOptions, parse_line
+from netkit.dns.names import Name, name_from_text
 from netkit.dns.upstream import DEFAULT_TIMEOUT, HEALTH_CHECK, MAX_CONCURRENT, MAX_FAILS
 from netkit.errors import NetkitError
 
@@ -82,6 +84,8 @@ class DnsConfig:
     namespaces: tuple[str, ...] = ()  # kubernetes `namespaces`: only these (empty: all)
     labels: str = ""  # kubernetes `labels`: a label selector for Services and EndpointSlices
     noendpoints: bool = False  # kubernetes `noendpoints`
+    endpoint_pod_names: bool = False  # kubernetes `endpoint_pod_names`
+    hosts: HostsOptions | None = None  # the `hosts` plugin (None: off)
     conf: str = ""  # the Corefile this came from
     conf_digest: str = ""  # its SHA-512, for reload
     # TCP and the event loop (flags only)
@@ -97,7 +101,7 @@ FLAGS_ONLY = ("files", "upstream_timeout", "tcp_idle_timeout", "tcp_max_connecti
 STAND_INS = ("kubeconfig", "master", "context", "resolv_conf")
 POD_RESOLV_CONF = "/etc/resolv.conf"
 FROM_COREFILE_ONLY = ("reload", "reload_jitter", "conf", "conf_digest", "loop_check", "namespaces", "labels",
-                      "noendpoints")
+                      "noendpoints", "endpoint_pod_names", "hosts")
 
 
 def flag_of(field: str) -> str:
@@ -236,7 +240,7 @@ COMPATIBILITY: tuple[Support, ...] = (
     Support("kubernetes", "namespaces", "namespaces", "all"),
     Support("kubernetes", "labels", "labels", "all"),
     Support("kubernetes", "namespace_labels", "", "all", _NO),
-    Support("kubernetes", "endpoint_pod_names", "", "off", _NO),
+    Support("kubernetes", "endpoint_pod_names", "endpoint_pod_names", "off"),
     Support("kubernetes", "noendpoints", "noendpoints", "off"),
     Support("kubernetes", "tls", "", "none", _NO),
     Support("kubernetes", "ignore", "", "none", _NO),
@@ -273,7 +277,11 @@ COMPATIBILITY: tuple[Support, ...] = (
     Support("reload", "", "reload", "30s 15s"),
     Support("loadbalance", "", "loadbalance", "off", note="round_robin"),
     Support("log", "", "log_queries", "off", note="the default format, every name"),
-    Support("hosts", "", "", "", _NO),
+    Support("hosts", "", "hosts", "/etc/hosts, the server block's zones", note="inline entries too"),
+    Support("hosts", "ttl", "hosts", "3600"),
+    Support("hosts", "no_reverse", "hosts", "PTR records on"),
+    Support("hosts", "reload", "hosts", "5s"),
+    Support("hosts", "fallthrough", "hosts", "none"),
     Support("rewrite", "", "", "", _NO),
     Support("autopath", "", "autopath", "off", note="@kubernetes with pods verified"),
 )
@@ -286,7 +294,8 @@ def plugins_enabled(config: DnsConfig) -> tuple[str, ...]:
           "ready": bool(config.ready_listen), "prometheus": bool(config.metrics_listen),
           "forward": bool(config.upstreams or config.resolv_conf), "cache": config.cache_ttl > 0,
           "loop": config.loop_check, "reload": config.reload > 0, "loadbalance": config.loadbalance,
-          "log": config.log_queries, "autopath": config.autopath}
+          "log": config.log_queries, "autopath": config.autopath,
+          "hosts": config.hosts is not None}
     return tuple(sorted(name for name, yes in on.items() if yes))
 
 # What a Corefile's absence of a plugin means (the plugin is off), as opposed to the flags' defaults.
@@ -315,6 +324,8 @@ def _check_known(d: Directive) -> None:
             raise _fail(d.name, plugin, "", "unknown plugin (not supported by netkit)")
         raise _unsupported(d.name, plugin)
     for opt in d.block:
+        if plugin == "hosts" and _is_address(opt.name.text.partition("%")[0]):
+            continue  # an inline hosts(5) line
         row = _TABLE.get((plugin, opt.name.text))
         if row is None:
             raise _fail(opt.name, plugin, opt.name.text, "unknown property (not supported by netkit)")
@@ -409,9 +420,9 @@ class _Builder:
                     raise _fail(opt.args[0] if opt.args else opt.name, "kubernetes", "labels",
                                 f"unable to parse label selector {text!r}") from None
                 self.out["labels"] = text
-            elif option == "noendpoints":
-                _no_args(opt, "kubernetes", "noendpoints")
-                self.out["noendpoints"] = True
+            elif option in ("noendpoints", "endpoint_pod_names"):
+                _no_args(opt, "kubernetes", option)
+                self.out[option] = True
             elif option == "fallthrough":
                 falls = [_zone(t, "kubernetes") for t in opt.args]
                 if not falls or any(z not in _REVERSE for z in falls):
@@ -550,6 +561,39 @@ class _Builder:
             raise _fail(d.args[-1], "autopath", "", "@kubernetes needs the kubernetes plugin's pods verified")
         self.out["autopath"] = True
 
+    def _hosts(self, d: Directive, zone: str) -> None:
+        path = d.args[0].text if d.args else DEFAULT_PATH
+        zones = tuple(_origin(t, "hosts") for t in d.args[1:]) or (_origin_text(zone),)
+        ttl, reverse, reload, fall, inline = DEFAULT_TTL, True, DEFAULT_RELOAD, None, []
+        for opt in d.block:
+            option = opt.name.text
+            if option == "ttl":
+                ttl = _int(_one(opt, "hosts", "a number of seconds", option="ttl"), "hosts", "ttl")
+                if not 0 < ttl <= 65535:
+                    raise _fail(opt.args[0], "hosts", "ttl", "ttl provided is invalid")
+            elif option == "no_reverse":
+                _no_args(opt, "hosts", "no_reverse")
+                reverse = False
+            elif option == "reload":
+                arg = _one(opt, "hosts", "a duration (zero seconds to disable)", option="reload")
+                reload = _duration(arg, "hosts", "reload")
+                if reload < 0:
+                    raise _fail(arg, "hosts", "reload", f"invalid negative duration for reload '{arg.text}'")
+            elif option == "fallthrough":
+                fall = tuple(_origin(t, "hosts") for t in opt.args) or ((),)
+            else:
+                inline.append(self._hosts_line(opt))
+        self.out["hosts"] = HostsOptions(path, zones, "\n".join(inline), ttl, reverse, reload, fall)
+
+    @staticmethod
+    def _hosts_line(opt: Directive) -> str:
+        line = " ".join(t.text for t in (opt.name, *opt.args))
+        try:
+            parse_line(line)
+        except ValueError as exc:
+            raise _fail(opt.name, "hosts", "", str(exc)) from None
+        return line
+
     def _loop(self, d: Directive, _: str) -> None:
         _no_args(d, "loop")
         self.out["loop_check"] = True
@@ -673,6 +717,14 @@ def _zone(tok: Token, plugin: str) -> str:
     if "/" in text:
         raise _unsupported(tok, plugin, f"CIDR zone {tok.text}")
     return text.removesuffix(".")
+
+
+def _origin(tok: Token, plugin: str) -> Name:
+    return _origin_text(_zone(tok, plugin))
+
+
+def _origin_text(zone: str) -> Name:
+    return () if zone == "." else name_from_text(zone)
 
 
 def _one(d: Directive, plugin: str, what: str, *, option: str = "") -> Token:

@@ -30,6 +30,8 @@ import random
 from dataclasses import dataclass
 
 from netkit.dns import loadbalance
+from netkit.dns.hosts import HostsOptions, HostsTable
+from netkit.dns.hosts import answer as hosts_answer
 from netkit.dns.metrics import DnsMetrics, Kind, rcode_label, type_label
 from netkit.dns.resolver import REFUSED, Reply, resolve
 from netkit.dns.view import Options, View
@@ -72,6 +74,13 @@ class Engine:
         self.udp_exact: Exact = {}
         self.cached = {"success": 0, "denial": 0}
         self.random = random.Random()
+        self.hosts: tuple[HostsOptions, HostsTable] | None = None  # CoreDNS's `hosts`, ahead of kubernetes
+
+    def set_hosts(self, options: HostsOptions, table: HostsTable) -> None:
+        """Install (or replace) the hosts plugin's table; cached replies are dropped, as for a view."""
+        self.hosts = (options, table)
+        self.udp_cache, self.tcp_cache, self.udp_exact = {}, {}, {}
+        self.cached = {"success": 0, "denial": 0}
 
     def set_view(self, view: View) -> None:
         if view.options != self.options:
@@ -123,8 +132,10 @@ class Engine:
         query = parsed
         if query.qclass not in (CLASS_IN, CLASS_ANY):
             return encode(query, REFUSED, reply_limit(query.edns, tcp)), query
-        view = self.view
-        reply = resolve(view, self.options, query.name, query.qtype)
+        view, hosts = self.view, self.hosts
+        reply = hosts_answer(hosts[1], hosts[0], query.name, query.qtype) if hosts is not None else None
+        if reply is None:
+            reply = resolve(view, self.options, query.name, query.qtype)
         shuffled = False
         if self.options.loadbalance:
             shuffled = loadbalance.changes(reply)
@@ -132,7 +143,8 @@ class Engine:
         if reply.forward or reply.chase is not None:
             return Upstream(data, query, reply, tcp), query
         out = encode(query, reply, reply_limit(query.edns, tcp), zone=self.options.zone)
-        if reply.from_view and query.plain and view is not None and view is self.view and not shuffled:
+        if (reply.from_view and query.plain and view is not None and view is self.view and hosts is self.hosts
+                and not shuffled):
             self._store(data, query, out, tcp)
         return out, query
 

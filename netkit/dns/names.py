@@ -177,7 +177,8 @@ def pod_address(label: str) -> IPAddress | None:
 
 def dashed(address: IPAddress) -> str:
     """The inverse of pod_address: the hostname label CoreDNS gives an endpoint without a hostname."""
-    return str(address).replace(".", "-").replace(":", "-")
+    label = str(address).replace(".", "-").replace(":", "-")
+    return label + "0" if label.endswith("-") else label  # fd00:: → fd00--0, as CoreDNS
 
 
 def _parse(text: str, version: int) -> IPAddress | None:

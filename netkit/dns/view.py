@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from netkit.dns.names import Name, dashed, name_from_text, reverse_name
 from netkit.model.state import slices_over_endpoints
-from netkit.model.types import EndpointSlice, IPAddress, Objects, Service, ServiceType
+from netkit.model.types import Endpoint, EndpointSlice, IPAddress, Objects, Service, ServiceType
 
 MAX_TTL = 3600
 
@@ -39,6 +39,7 @@ class Options:
     local_ips: tuple[IPAddress, ...] = ()  # the server's own addresses: finds its Service for `NS`
     autopath: bool = False  # CoreDNS's `autopath @kubernetes` (netkit.dns.autopath)
     autopath_search: tuple[Name, ...] = ()  # the search domains of the server's resolv.conf
+    endpoint_pod_names: bool = False  # CoreDNS's `endpoint_pod_names`: an endpoint without hostname is named by its pod
 
     def __post_init__(self) -> None:
         if self.autopath and self.pods is not PodMode.VERIFIED:
@@ -105,7 +106,7 @@ def build(objects: Objects, options: Options, serial: int = 1) -> View:
     services = {}
     for svc in objects.services:
         key = (svc.ref.namespace, svc.ref.name)
-        services[key] = _entry(svc, slices.get(key, []), options.zone)
+        services[key] = _entry(svc, slices.get(key, []), options)
     return View(
         options=options,
         serial=serial,
@@ -125,11 +126,11 @@ def _slices_by_service(slices: Iterable[EndpointSlice]) -> dict[tuple[str, str],
     return {k: slices_over_endpoints(v) if len(v) > 1 else v for k, v in out.items()}  # slices over v1 Endpoints
 
 
-def _entry(svc: Service, slices: list[EndpointSlice], zone: Name) -> Entry:
-    name = (svc.ref.name, svc.ref.namespace, "svc", *zone)
+def _entry(svc: Service, slices: list[EndpointSlice], options: Options) -> Entry:
+    name = (svc.ref.name, svc.ref.namespace, "svc", *options.zone)
     if svc.type is ServiceType.EXTERNAL_NAME:
         return Entry(name, Kind.EXTERNAL_NAME, target=name_from_text(svc.external_name or ""))
-    hosts = _hosts(svc, slices)
+    hosts = _hosts(svc, slices, options.endpoint_pod_names)
     count = sum(len(h.addresses) for h in hosts.values())
     if svc.headless:
         ports = _unique(Port(p.name, p.protocol.lower, p.port) for s in slices for p in s.ports)
@@ -138,7 +139,7 @@ def _entry(svc: Service, slices: list[EndpointSlice], zone: Name) -> Entry:
     return Entry(name, Kind.CLUSTER_IP, addresses=svc.cluster_ips, ports=ports, hosts=hosts, endpoints=count)
 
 
-def _hosts(svc: Service, slices: list[EndpointSlice]) -> Mapping[str, Host]:
+def _hosts(svc: Service, slices: list[EndpointSlice], pod_names: bool) -> Mapping[str, Host]:
     """Ready endpoints grouped by DNS label, in slice order; addresses deduplicated."""
     grouped: dict[str, list[IPAddress]] = {}
     for s in slices:
@@ -146,10 +147,20 @@ def _hosts(svc: Service, slices: list[EndpointSlice]) -> Mapping[str, Host]:
             if not (ep.ready or svc.publish_not_ready_addresses):
                 continue
             for addr in ep.addresses:
-                addrs = grouped.setdefault(ep.hostname or dashed(addr), [])
+                addrs = grouped.setdefault(_label(ep, addr, pod_names), [])
                 if addr not in addrs:
                     addrs.append(addr)
     return MappingProxyType({label: Host(label, tuple(a)) for label, a in grouped.items()})
+
+
+def _label(ep: Endpoint, addr: IPAddress, pod_names: bool) -> str:
+    """CoreDNS's endpointHostname: the endpoint's hostname; with `endpoint_pod_names` else the name of
+    its targetRef; else the address with dashes."""
+    if ep.hostname:
+        return ep.hostname
+    if pod_names and ep.target_ref is not None and ep.target_ref.name:
+        return ep.target_ref.name
+    return dashed(addr)
 
 
 def _unique(ports: Iterable[Port]) -> tuple[Port, ...]:

@@ -59,7 +59,8 @@ REFERENCE = {
     "forward": {"except", "force_tcp", "prefer_udp", "expire", "max_fails", "tls", "tls_servername", "policy",
                 "health_check", "max_concurrent", "next", "failover", "failfast_all_unhealthy_upstreams"},
     "cache": {"success", "denial", "prefetch", "serve_stale", "servfail", "disable", "keepttl"},
-    "loop": set(), "reload": set(), "loadbalance": set(), "log": set(), "hosts": set(), "rewrite": set(),
+    "loop": set(), "reload": set(), "loadbalance": set(), "log": set(), "rewrite": set(),
+    "hosts": {"ttl", "no_reverse", "reload", "fallthrough"},
     "autopath": set(), "bind": set(),
 }
 
@@ -326,7 +327,7 @@ def test_kubernetes_zones_and_fallthrough(kubernetes: str, where: str, reason: s
 @pytest.mark.parametrize(("text", "reason"), [
     (".:53 {\n kubernetes cluster.local\n}\nexample.org:1053 {\n forward . 10.0.0.1\n}\n",
      "4:1: server block: port 1053"),
-    (".:53 {\n kubernetes cluster.local\n}\nexample.org {\n hosts\n}\n", "5:2: hosts: not supported"),
+    (".:53 {\n kubernetes cluster.local\n}\nexample.org {\n hosts\n}\n", "5:2: hosts: in a server block without"),
     (".:53 {\n kubernetes cluster.local\n}\nexample.org {\n ready\n}\n", "5:2: ready: in a server block without"),
     (".:53 {\n kubernetes cluster.local\n cache 30\n}\nexample.org {\n forward . 10.0.0.1\n cache 60\n}\n",
      "7:2: cache: settings other than the cluster block's"),
