@@ -649,7 +649,7 @@ def from_corefile(blocks: list[ServerBlock], flags: DnsConfig, path: str) -> Dns
         stubs += _stub(other, other_keys, port, out)
     if out["resolv_conf"] == POD_RESOLV_CONF:
         out["resolv_conf"] = flags.resolv_conf
-    host = out.pop("bind", "0.0.0.0")
+    host = out.pop("bind", "::")  # no bind: both families, as CoreDNS
     out["listen"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     out["stub_domains"] = tuple(stubs)
     return replace(flags, **{k: v for k, v in out.items() if k in _FIELDS})

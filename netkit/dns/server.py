@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import secrets
 import socket
@@ -110,22 +111,18 @@ class DnsServer:
     # --- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> Address:
-        """Bind UDP and TCP on the same port (port 0: any free port, the same for both)."""
-        for _ in range(20):
-            udp = _udp_socket(self.listen)
-            port = udp.getsockname()[1]
-            try:
-                tcp = _tcp_socket(Address(self.listen.host, port))
-            except OSError:
-                udp.close()
-                if self.listen.port:
-                    raise
-                continue
-            break
-        else:
-            raise OSError(f"cannot bind UDP and TCP on one port at {self.listen.host}")
+        """Bind UDP and TCP on the same port (port 0: any free port, the same for both). The IPv6
+        wildcard `::` is both families (one dual-stack socket each, as Go's `:53` in CoreDNS); where
+        IPv6 is unavailable (disabled in the namespace or the kernel) it falls back to 0.0.0.0."""
+        try:
+            udp, tcp = _bind_pair(self.listen)
+        except OSError as exc:
+            if self.listen.host != "::" or exc.errno == errno.EADDRINUSE:
+                raise
+            log.info("IPv6 unavailable (%s): listening on 0.0.0.0 only", exc.strerror or exc)
+            udp, tcp = _bind_pair(Address("0.0.0.0", self.listen.port))
         self._udp = udp
-        self.address = Address(self.listen.host, port)
+        self.address = Address(udp.getsockname()[0].partition("%")[0], udp.getsockname()[1])
         self.engine.family = 2 if udp.family == socket.AF_INET6 else 1
         self._drop_self_upstreams()
         asyncio.get_running_loop().add_reader(udp.fileno(), self._on_udp)
@@ -646,8 +643,34 @@ def question_wire(name: Name, qtype: int) -> bytes:
     return struct.pack("!HHHHHH", 0, 0x0100, 1, 0, 0, 0) + labels + b"\x00" + struct.pack("!HH", qtype, 1)
 
 
+def _bind_pair(listen: Address) -> tuple[socket.socket, socket.socket]:
+    for _ in range(20):
+        udp = _udp_socket(listen)
+        port = udp.getsockname()[1]
+        try:
+            tcp = _tcp_socket(Address(listen.host, port))
+        except OSError:
+            udp.close()
+            if listen.port:
+                raise
+            continue
+        return udp, tcp
+    raise OSError(f"cannot bind UDP and TCP on one port at {listen.host}")
+
+
+def _socket(addr: Address, kind: socket.SocketKind) -> socket.socket:
+    sock = socket.socket(_family(addr), kind)
+    if addr.host == "::":
+        try:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        except OSError:
+            sock.close()
+            raise
+    return sock
+
+
 def _udp_socket(addr: Address) -> socket.socket:
-    sock = socket.socket(_family(addr), socket.SOCK_DGRAM)
+    sock = _socket(addr, socket.SOCK_DGRAM)
     try:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RCVBUF)
@@ -660,7 +683,7 @@ def _udp_socket(addr: Address) -> socket.socket:
 
 
 def _tcp_socket(addr: Address) -> socket.socket:
-    sock = socket.socket(_family(addr), socket.SOCK_STREAM)
+    sock = _socket(addr, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((addr.host, addr.port))

@@ -142,7 +142,8 @@ def is_self(upstream: Address, listening: Iterable[Address]) -> bool:
         if own.port != upstream.port:
             continue
         mine = ip_address(own.host)
-        if mine == up or (mine.is_unspecified and mine.version == up.version and
+        dual = mine.version == 6  # `::` is a dual-stack socket (netkit.dns.server)
+        if mine == up or (mine.is_unspecified and (mine.version == up.version or dual) and
                           (up.is_loopback or up.is_unspecified)):
             return True
     return False

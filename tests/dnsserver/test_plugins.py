@@ -1,16 +1,28 @@
-"""The Corefile's `hosts` and kubernetes `endpoint_pod_names` over real sockets (`netkit dns --conf`
+"""The Corefile's `hosts`, kubernetes `endpoint_pod_names` and a block without `bind` (both
+families) over real sockets (`netkit dns --conf`
 on the examples, dnspython as the client)."""
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import dns.message
+import dns.query
 import dns.rcode
 import dns.rdatatype
+import pytest
 
-from tests.dnsserver.conftest import free_port
+from netkit.dns.engine import Engine
+from netkit.dns.server import DnsServer
+from netkit.dns.upstream import Address, Forwarder
+from netkit.dns.view import Options
+from tests.dnsserver.conftest import LoopThread, free_port
 from tests.dnsserver.test_corefile import WEB, Served, corefile, serve, wait_for
+from tests.unit.test_runtime_health import _has_ipv6_loopback
 
 __all__ = ["serve"]
 
@@ -60,3 +72,39 @@ def test_hosts_without_fallthrough_serves_only_its_zone(tmp_path: Path,
     assert answers(served, "x.example.org.") == "SERVFAIL"  # CoreDNS's answer for a name it lacks
     assert answers(served, WEB) == [f"{WEB} 30 A 10.96.0.10"]  # outside its zones: kubernetes
     assert served.said("missing.hosts")
+
+
+def test_a_server_block_without_bind_listens_on_both_families(
+        tmp_path: Path, serve: Callable[[Path, int, int], Served]) -> None:
+    if not _has_ipv6_loopback():
+        pytest.skip("needs IPv6 on loopback (::1)")
+    port, ready = free_port(), free_port()
+    conf = tmp_path / "Corefile"
+    conf.write_text(corefile(port, ready).replace("    bind 127.0.0.1\n", ""))
+    served = serve(conf, port, ready)
+    wait_for(lambda: served.ready_status() == 200, served)
+    query = dns.message.make_query(WEB, "A")
+    for host in ("127.0.0.1", "::1"):
+        assert dns.query.udp(query, host, port=port, timeout=5).answer, host
+        assert dns.query.tcp(query, host, port=port, timeout=5).answer, host
+
+
+def test_without_ipv6_the_wildcard_falls_back_to_ipv4(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = socket.socket
+
+    def no_ipv6(family: int = socket.AF_INET, *args: Any, **kw: Any) -> socket.socket:
+        if family == socket.AF_INET6:  # as in a namespace or kernel without IPv6
+            raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+        return real(family, *args, **kw)
+
+    monkeypatch.setattr(socket, "socket", no_ipv6)
+    lt = LoopThread()
+    dns_server = DnsServer(Engine(Options()), Address("::", 0), Forwarder([]))
+    try:
+        address = lt.call(dns_server.start())
+        assert address.host == "0.0.0.0"
+        reply = dns.query.udp(dns.message.make_query(WEB, "A"), "127.0.0.1", port=address.port, timeout=5)
+        assert reply.rcode() == dns.rcode.SERVFAIL  # answered (no view yet), over IPv4
+    finally:
+        lt.call(dns_server.close())
+        lt.stop()

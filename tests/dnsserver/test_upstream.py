@@ -134,6 +134,8 @@ def test_is_self_and_address_parsing() -> None:
     own = [Address("0.0.0.0", 53)]
     assert is_self(Address("127.0.0.1", 53), own) and not is_self(Address("127.0.0.1", 5353), own)
     assert is_self(Address("10.0.0.5", 53), [Address("10.0.0.5", 53)])
+    assert is_self(Address("127.0.0.1", 53), [Address("::", 53)])  # `::` is both families
+    assert is_self(Address("::1", 53), [Address("::", 53)]) and not is_self(Address("::1", 53), own)
     assert not is_self(Address("127.0.0.53", 53), [Address("10.0.0.5", 53)])
     assert parse_address("[fd00::1]:5353") == Address("fd00::1", 5353)
     assert parse_address("fd00::1") == Address("fd00::1", 53)

@@ -93,7 +93,7 @@ def test_tokens_quotes_comments_lines_and_columns() -> None:
 
 def test_environment_variables_both_syntaxes() -> None:
     c = config(".:{$PORT} {\n kubernetes {%ZONE%}\n ready :{$NOPE}81\n}", {"PORT": "1053", "ZONE": "k.test"})
-    assert (c.listen, c.zone, c.ready_listen) == ("0.0.0.0:1053", "k.test", ":81")
+    assert (c.listen, c.zone, c.ready_listen) == ("[::]:1053", "k.test", ":81")
 
 
 def test_snippets_and_imports_of_files_and_globs(tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ def test_a_directive_after_an_import_starts_its_own_line() -> None:
 
 
 def test_single_block_without_braces_and_comma_separated_keys() -> None:
-    assert config(".:5353\nkubernetes cluster.local\n").listen == "0.0.0.0:5353"
+    assert config(".:5353\nkubernetes cluster.local\n").listen == "[::]:5353"
     c = config(".:53 {\n kubernetes cluster.local\n}\na.test:53,\n b.test:53 {\n forward . 10.0.0.1\n}\n")
     assert c.stub_domains == ("a.test=10.0.0.1", "b.test=10.0.0.1")
 
@@ -140,7 +140,7 @@ def test_kubeadms_corefile_is_the_flags_defaults(text: str) -> None:
     c = config(text)
     differ = {f.name: getattr(c, f.name) for f in dataclasses.fields(DnsConfig)
               if getattr(c, f.name) != getattr(DEFAULTS, f.name)}
-    assert differ == {"listen": "0.0.0.0:53", "lameduck": 5.0, "reload": 30.0, "reload_jitter": 15.0,
+    assert differ == {"listen": "[::]:53", "lameduck": 5.0, "reload": 30.0, "reload_jitter": 15.0,
                       "conf": "Corefile"}
 
 
