@@ -310,7 +310,9 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
     options, http = _options(config), _http_addresses(config)
     listen = parse_address(config.listen)
     cache = ForwardCache(metrics, cache_options(config))
-    server = DnsServer(Engine(options, metrics=metrics), listen, _router(config, metrics),
+    engine = Engine(options, metrics=metrics)
+    engine.rewrite = config.rewrite
+    server = DnsServer(engine, listen, _router(config, metrics),
                        tcp_idle=config.tcp_idle_timeout, max_tcp=max(1, config.tcp_max_connections), cache=cache,
                        query_log=_print if config.log_queries else None)
     try:

@@ -32,6 +32,7 @@ from netkit.dns.cache import (
 from netkit.dns.corefile import CorefileError, Directive, ServerBlock, Token, parse, read_file
 from netkit.dns.hosts import DEFAULT_PATH, DEFAULT_RELOAD, DEFAULT_TTL, HostsOptions, parse_line
 from netkit.dns.names import Name, name_from_text
+from netkit.dns.rewrite import NameRule, RewriteError, name_rule
 from netkit.dns.upstream import DEFAULT_TIMEOUT, HEALTH_CHECK, MAX_CONCURRENT, MAX_FAILS
 from netkit.errors import NetkitError
 
@@ -86,6 +87,7 @@ class DnsConfig:
     noendpoints: bool = False  # kubernetes `noendpoints`
     endpoint_pod_names: bool = False  # kubernetes `endpoint_pod_names`
     hosts: HostsOptions | None = None  # the `hosts` plugin (None: off)
+    rewrite: tuple[NameRule, ...] = ()  # the `rewrite name` rules, in order
     conf: str = ""  # the Corefile this came from
     conf_digest: str = ""  # its SHA-512, for reload
     # TCP and the event loop (flags only)
@@ -101,7 +103,7 @@ FLAGS_ONLY = ("files", "upstream_timeout", "tcp_idle_timeout", "tcp_max_connecti
 STAND_INS = ("kubeconfig", "master", "context", "resolv_conf")
 POD_RESOLV_CONF = "/etc/resolv.conf"
 FROM_COREFILE_ONLY = ("reload", "reload_jitter", "conf", "conf_digest", "loop_check", "namespaces", "labels",
-                      "noendpoints", "endpoint_pod_names", "hosts")
+                      "noendpoints", "endpoint_pod_names", "hosts", "rewrite")
 
 
 def flag_of(field: str) -> str:
@@ -282,7 +284,8 @@ COMPATIBILITY: tuple[Support, ...] = (
     Support("hosts", "no_reverse", "hosts", "PTR records on"),
     Support("hosts", "reload", "hosts", "5s"),
     Support("hosts", "fallthrough", "hosts", "none"),
-    Support("rewrite", "", "", "", _NO),
+    Support("rewrite", "", "rewrite", "", note="the name field: exact, prefix, suffix, substring, regex; "
+            "answer auto, name, value"),
     Support("autopath", "", "autopath", "off", note="@kubernetes with pods verified"),
 )
 _TABLE = {(s.plugin, s.option): s for s in COMPATIBILITY}
@@ -295,7 +298,7 @@ def plugins_enabled(config: DnsConfig) -> tuple[str, ...]:
           "forward": bool(config.upstreams or config.resolv_conf), "cache": config.cache_ttl > 0,
           "loop": config.loop_check, "reload": config.reload > 0, "loadbalance": config.loadbalance,
           "log": config.log_queries, "autopath": config.autopath,
-          "hosts": config.hosts is not None}
+          "hosts": config.hosts is not None, "rewrite": bool(config.rewrite)}
     return tuple(sorted(name for name, yes in on.items() if yes))
 
 # What a Corefile's absence of a plugin means (the plugin is off), as opposed to the flags' defaults.
@@ -326,6 +329,8 @@ def _check_known(d: Directive) -> None:
     for opt in d.block:
         if plugin == "hosts" and _is_address(opt.name.text.partition("%")[0]):
             continue  # an inline hosts(5) line
+        if plugin == "rewrite":
+            continue  # a rule's lines, read by _rewrite
         row = _TABLE.get((plugin, opt.name.text))
         if row is None:
             raise _fail(opt.name, plugin, opt.name.text, "unknown property (not supported by netkit)")
@@ -344,7 +349,7 @@ class _Builder:
     def plugin(self, d: Directive, zone: str) -> None:
         _check_known(d)
         name = d.name.text
-        if name in self.seen:
+        if name in self.seen and name != "rewrite":
             raise _fail(d.name, name, "", "this plugin can only be used once per server block")
         self.seen[name] = d
         handler: Callable[[Directive, str], None] = getattr(self, "_" + name)
@@ -593,6 +598,26 @@ class _Builder:
         except ValueError as exc:
             raise _fail(opt.name, "hosts", "", str(exc)) from None
         return line
+
+    def _rewrite(self, d: Directive, _: str) -> None:
+        """`rewrite [continue|stop] name …`, or its `{}` form: `name …` then `answer …` lines."""
+        words = list(d.args)
+        stop = True
+        if words and words[0].text in ("continue", "stop"):
+            stop = words.pop(0).text == "stop"
+        if d.has_block:
+            if words:
+                raise _fail(words[0], "rewrite", "", "expected '{' after continue or stop")
+            words = [t for line in d.block for t in (line.name, *line.args)]
+        if not words:
+            raise _fail(d.name, "rewrite", "", "expected a FIELD and its arguments")
+        if words[0].text != "name":
+            raise _unsupported(words[0], "rewrite", words[0].text)
+        try:
+            rule = name_rule([t.text for t in words[1:]], stop)
+        except RewriteError as exc:
+            raise _fail(words[0], "rewrite", "name", str(exc)) from None
+        self.out["rewrite"] = (*self.out.get("rewrite", ()), rule)
 
     def _loop(self, d: Directive, _: str) -> None:
         _no_args(d, "loop")

@@ -29,11 +29,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from netkit.dns import loadbalance
+from netkit.dns import loadbalance, rewrite
 from netkit.dns.hosts import HostsOptions, HostsTable
 from netkit.dns.hosts import answer as hosts_answer
 from netkit.dns.metrics import DnsMetrics, Kind, rcode_label, type_label
-from netkit.dns.resolver import REFUSED, Reply, resolve
+from netkit.dns.names import Name
+from netkit.dns.resolver import REFUSED, SERVFAIL, Reply, resolve
+from netkit.dns.rewrite import Mapping, NameRule
 from netkit.dns.view import Options, View
 from netkit.dns.wire import Query, Rejected, encode, encode_rejected, parse_query, reply_limit
 
@@ -47,13 +49,24 @@ Exact = dict[bytes, tuple[bytes, int]]  # query but its ID → (reply but its ID
 class Upstream:
     """Work for the upstream: forward `query` (when `reply.forward`) or chase `reply.chase`."""
 
-    data: bytes  # the query as received
+    data: bytes  # the query as received (as `rewrite` made it)
     query: Query
     reply: Reply
     tcp: bool
+    asked: Query | None = None  # the query as received when `rewrite` changed its name
+    reverts: tuple[Mapping, ...] = ()  # how to rewrite the answer back for `asked`
 
 
 Outcome = bytes | Upstream | None
+
+
+def _with_name(data: bytes, query: Query, name: Name) -> tuple[bytes, Query]:
+    """The query with another question name (what `rewrite` sends upstream)."""
+    labels = b"".join(bytes([len(x)]) + x.encode("latin-1") for x in name) + b"\x00"
+    wire = data[:12] + labels + data[12 + len(query.raw_name):]
+    parsed = parse_query(wire)
+    assert isinstance(parsed, Query)
+    return wire, parsed
 
 
 def cache_key(data: bytes, end: int) -> bytes:
@@ -75,6 +88,7 @@ class Engine:
         self.cached = {"success": 0, "denial": 0}
         self.random = random.Random()
         self.hosts: tuple[HostsOptions, HostsTable] | None = None  # CoreDNS's `hosts`, ahead of kubernetes
+        self.rewrite: tuple[NameRule, ...] = ()  # CoreDNS's `rewrite name` rules, ahead of hosts
 
     def set_hosts(self, options: HostsOptions, table: HostsTable) -> None:
         """Install (or replace) the hosts plugin's table; cached replies are dropped, as for a view."""
@@ -132,16 +146,28 @@ class Engine:
         query = parsed
         if query.qclass not in (CLASS_IN, CLASS_ANY):
             return encode(query, REFUSED, reply_limit(query.edns, tcp)), query
+        name, done = query.name, None
+        if self.rewrite:
+            try:
+                done = rewrite.apply(self.rewrite, query.name)
+            except rewrite.RewriteError:
+                return encode(query, SERVFAIL, reply_limit(query.edns, tcp)), query
+            name = done.name if done is not None else name
         view, hosts = self.view, self.hosts
-        reply = hosts_answer(hosts[1], hosts[0], query.name, query.qtype) if hosts is not None else None
+        reply = hosts_answer(hosts[1], hosts[0], name, query.qtype) if hosts is not None else None
         if reply is None:
-            reply = resolve(view, self.options, query.name, query.qtype)
+            reply = resolve(view, self.options, name, query.qtype)
         shuffled = False
         if self.options.loadbalance:
             shuffled = loadbalance.changes(reply)
             reply = loadbalance.shuffle(reply, self.random)
         if reply.forward or reply.chase is not None:
+            if done is not None:
+                asked = _with_name(data, query, name)
+                return Upstream(asked[0], asked[1], reply, tcp, query, done.reverts), query
             return Upstream(data, query, reply, tcp), query
+        if done is not None:
+            reply = rewrite.revert(reply, done.reverts)
         out = encode(query, reply, reply_limit(query.edns, tcp), zone=self.options.zone)
         if (reply.from_view and query.plain and view is not None and view is self.view and hosts is self.hosts
                 and not shuffled):

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from dnslib import DNSRecord
+from dnslib import DNSError, DNSLabel, DNSQuestion, DNSRecord
 
 from netkit.dns.autopath import candidates, search_path
 from netkit.dns.cache import NOERROR, NXDOMAIN, Entry, ForwardCache, parse_reply, query_of
@@ -46,6 +46,7 @@ from netkit.dns.loadbalance import permute
 from netkit.dns.metrics import rcode_label
 from netkit.dns.names import Name, name_from_text
 from netkit.dns.resolver import REFUSED, SERVFAIL, Rcode, Record, Reply, RType
+from netkit.dns.rewrite import Mapping, revert_text
 from netkit.dns.upstream import Address, Forwarder, Limit, Router, is_self
 from netkit.dns.view import View
 from netkit.dns.wire import Query, encode, parse_query, reply_limit
@@ -424,7 +425,14 @@ class DnsServer:
         return True
 
     async def _complete(self, work: Upstream) -> tuple[bytes, str, str]:
-        """The reply for work that needs the upstream, the plugin that made it and its cache status."""
+        """The reply for work that needs the upstream, the plugin that made it and its cache status;
+        with `rewrite`, its question and answer made what the client asked for."""
+        out, plugin, cache = await self._completed(work)
+        if work.asked is not None:
+            out = revert_wire(out, work.asked, work.reverts)
+        return out, plugin, cache
+
+    async def _completed(self, work: Upstream) -> tuple[bytes, str, str]:
         q = work.query
         limit = reply_limit(q.edns, work.tcp)
         looped = self._probes.get(q.name)
@@ -635,6 +643,32 @@ def log_line(peer: tuple[str, int], data: bytes, out: bytes, tcp: bool, seconds:
     duration = f"{seconds:.9f}".rstrip("0").rstrip(".") + "s"
     return (f'[INFO] {remote}:{port} - {qid} "{qtype} {qclass} {name} {"tcp" if tcp else "udp"} {len(data)} '
             f'{"true" if do else "false"} {bufsize}" {rcode_label(flags & 0xF)} {rflags} {len(out)} {duration}')
+
+
+def revert_wire(out: bytes, asked: Query, reverts: tuple[Mapping, ...]) -> bytes:
+    """A reply to a rewritten question, given back the question asked and its records rewritten back."""
+    try:
+        msg = DNSRecord.parse(out)
+    except DNSError:
+        return out
+    labels = [asked.raw_name[i + 1:i + 1 + n] for i, n in _label_offsets(asked.raw_name)]
+    msg.questions = [DNSQuestion(DNSLabel(labels), asked.qtype, asked.qclass)]
+    for rr in (*msg.rr, *msg.auth, *(r for r in msg.ar if r.rtype != 41)):
+        rr.rname = DNSLabel(revert_text(reverts, str(rr.rname).lower(), owner=True))
+        for attr in ("label", "target"):  # CNAME, PTR, NS / SRV
+            value = getattr(rr.rdata, attr, None)
+            if isinstance(value, DNSLabel):
+                setattr(rr.rdata, attr, DNSLabel(revert_text(reverts, str(value).lower(), owner=False)))
+    packed: bytes = msg.pack()
+    return packed
+
+
+def _label_offsets(raw: bytes) -> list[tuple[int, int]]:
+    out, i = [], 0
+    while i < len(raw) and raw[i]:
+        out.append((i, raw[i]))
+        i += raw[i] + 1
+    return out
 
 
 def question_wire(name: Name, qtype: int) -> bytes:

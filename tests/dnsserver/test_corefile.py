@@ -173,9 +173,9 @@ def test_reload_follows_the_configmap_swap_and_keeps_the_old_config_on_errors(
         (("hash", "sha512"), ("value", corefile_digest(second))): 1.0}
     assert txt_requests() == 1  # the counters go on over a reload, as CoreDNS's do
 
-    configmap_volume(tmp_path, corefile(port, ready, ttl=9, extra=extra + "\n    hosts /etc/hosts"), 3)
+    configmap_volume(tmp_path, corefile(port, ready, ttl=9, extra=extra + "\n    chaos"), 3)
     wait_for(lambda: served.said("reload failed"), served)
-    assert any("hosts: not supported by netkit" in line for line in served.lines)
+    assert any("chaos: unknown plugin (not supported by netkit)" in line for line in served.lines)
     assert ttl_of(served.ask()) == 7  # the running configuration keeps serving
     assert served.ready_status() == 200
     assert served.metric(metrics, "coredns_reload_failed_total") == {(): 1.0}

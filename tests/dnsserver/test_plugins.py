@@ -20,11 +20,11 @@ from netkit.dns.engine import Engine
 from netkit.dns.server import DnsServer
 from netkit.dns.upstream import Address, Forwarder
 from netkit.dns.view import Options
-from tests.dnsserver.conftest import LoopThread, free_port
+from tests.dnsserver.conftest import LoopThread, TestUpstream, free_port, upstream
 from tests.dnsserver.test_corefile import WEB, Served, corefile, serve, wait_for
 from tests.unit.test_runtime_health import _has_ipv6_loopback
 
-__all__ = ["serve"]
+__all__ = ["serve", "upstream"]
 
 
 def answers(served: Served, name: str, qtype: str = "A") -> list[str] | str | None:
@@ -108,3 +108,27 @@ def test_without_ipv6_the_wildcard_falls_back_to_ipv4(monkeypatch: pytest.Monkey
     finally:
         lt.call(dns_server.close())
         lt.stop()
+
+
+def test_rewrite_answers_the_name_asked(tmp_path: Path, serve: Callable[[Path, int, int], Served],
+                                        upstream: TestUpstream) -> None:
+    port, ready = free_port(), free_port()
+    extra = ("rewrite name suffix .my.domain .svc.cluster.local answer auto\n"
+             "    rewrite continue name exact outside.test hop.test\n"
+             "    rewrite name exact hop.test www.example.com\n"
+             "    rewrite name regex ^(.*)\\.pods\\.test\\.$ {1}.default.svc.cluster.local answer auto\n"
+             f"    forward . 127.0.0.1:{upstream.port}")
+    conf = tmp_path / "Corefile"
+    conf.write_text(corefile(port, ready, extra=extra))
+    served = serve(conf, port, ready)
+    wait_for(lambda: served.ready_status() == 200, served)
+    assert answers(served, "web.default.my.domain.") == ["web.default.my.domain. 30 A 10.96.0.10"]
+    assert answers(served, "Web.Default.My.Domain.") == ["Web.Default.My.Domain. 30 A 10.96.0.10"]
+    assert answers(served, "web.pods.test.") == ["web.pods.test. 30 A 10.96.0.10"]
+    assert answers(served, "nothing.default.my.domain.") == "NXDOMAIN"
+    # forwarded: the upstream is asked the rewritten name (through a continue chain), the client sees its own
+    reply = served.ask("outside.test.", "A")
+    assert reply is not None and str(reply.question[0].name) == "outside.test."
+    assert answers(served, "outside.test.") == ["outside.test. 60 A 192.0.2.1"]
+    assert "www.example.com." in upstream.seen
+    assert answers(served, WEB) == [f"{WEB} 30 A 10.96.0.10"]  # no rule matches: as asked

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from netkit.dns.command import _build
-from netkit.dns.names import name_from_text
+from netkit.dns.names import name_from_text, name_to_text
 from netkit.dns.resolver import RType, resolve
+from netkit.dns.rewrite import NameRule, apply, revert
 from netkit.dns.view import _label
 from netkit.model.types import Endpoint, ObjectRef, Objects
 from netkit.sources.manifests import decode_text
@@ -184,3 +185,111 @@ def test_hosts_options_are_checked(body: str, message: str) -> None:
     with pytest.raises(ValueError) as info:
         from_corefile(parse(text, "Corefile", {}), DEFAULTS, "Corefile")
     assert str(info.value) == message
+
+
+# --- rewrite ----------------------------------------------------------------------------------------
+
+
+def _rule(line: str) -> tuple[NameRule, ...]:
+    c = config(f".:53 {{\n    {line}\n    kubernetes cluster.local\n}}\n")
+    return c.rewrite
+
+
+def _rewritten(lines: list[str], name: str) -> str | None:
+    rules = tuple(r for line in lines for r in _rule(line))
+    done = apply(rules, name_from_text(name))
+    return None if done is None else name_to_text(done.name)
+
+
+# name_test.go / rewrite_test.go / README: the question each rule list turns a name into
+@pytest.mark.parametrize(("lines", "name", "expected"), [
+    (["rewrite name a.coredns.rocks b.coredns.rocks"], "a.coredns.rocks.", "b.coredns.rocks."),
+    (["rewrite name exact a.coredns.rocks b.coredns.rocks"], "A.CoreDNS.rocks.", "b.coredns.rocks."),
+    (["rewrite name exact a.coredns.rocks b.coredns.rocks"], "x.a.coredns.rocks.", None),
+    (["rewrite name prefix prefix to"], "prefix.coredns.rocks.", "to.coredns.rocks."),
+    (["rewrite name prefix prefix to"], "prefixes.coredns.rocks.", None),  # FROM is `prefix.`
+    (["rewrite name suffix .coredns.rocks .svc.cluster.local"], "web.default.coredns.rocks.",
+     "web.default.svc.cluster.local."),
+    (["rewrite name substring from.coredns.rocks to.coredns.rocks"], "a.from.coredns.rocks.", "a.to.coredns.rocks."),
+    (["rewrite name regex (.*)-(us-west-1)\\.example\\.org {1}.service.{2}.consul"],
+     "foo-us-west-1.example.org.", "foo.service.us-west-1.consul."),
+    (["rewrite name regex (.*)\\.my\\.domain\\.$ {1}.default.svc.cluster.local"], "web.my.domain.",
+     "web.default.svc.cluster.local."),
+    # stop (the default) ends the list; continue hands the new name on
+    (["rewrite name a.example b.example", "rewrite name b.example c.example"], "a.example.", "b.example."),
+    (["rewrite continue name a.example b.example", "rewrite name b.example c.example"], "a.example.", "c.example."),
+    (["rewrite stop name a.example b.example", "rewrite name b.example c.example"], "a.example.", "b.example."),
+    (["rewrite name b.example c.example", "rewrite name a.example b.example"], "a.example.", "b.example."),
+])
+def test_rewrite_name(lines: list[str], name: str, expected: str | None) -> None:
+    assert _rewritten(lines, name) == expected
+
+
+def _reverted(line: str, name: str, records: list[tuple[str, str, str]]) -> list[str]:
+    """The answer for the rewritten `name`, as the client gets it back."""
+    from netkit.dns.resolver import Rcode, Record, Reply
+    rules = _rule(line)
+    done = apply(rules, name_from_text(name))
+    assert done is not None
+    def data(kind: str, text: str) -> Any:
+        return ip_address(text) if kind in ("A", "AAAA") else name_from_text(text)
+    reply = Reply(Rcode.NOERROR, tuple(Record(name_from_text(owner), RType[kind], 5, data(kind, value))
+                                       for owner, kind, value in records))
+    return [str(r) for r in revert(reply, done.reverts).answer]
+
+
+@pytest.mark.parametrize(("line", "name", "records", "expected"), [
+    # exact: always rewritten back, names below it too
+    ("rewrite name exact a.example b.example", "a.example.", [("b.example.", "A", "10.0.0.1")],
+     ["a.example. 5 IN A 10.0.0.1"]),
+    ("rewrite name exact a.example b.example", "a.example.", [("b.example.", "CNAME", "x.b.example.")],
+     ["a.example. 5 IN CNAME x.a.example."]),
+    # prefix without answer auto: the client sees the rewritten owner (as CoreDNS)
+    ("rewrite name prefix foo bar", "foo.example.", [("bar.example.", "A", "10.0.0.1")],
+     ["bar.example. 5 IN A 10.0.0.1"]),
+    ("rewrite name prefix foo bar answer auto", "foo.example.", [("bar.example.", "A", "10.0.0.1")],
+     ["foo.example. 5 IN A 10.0.0.1"]),
+    ("rewrite name suffix .my.domain .svc.cluster.local answer auto", "web.default.my.domain.",
+     [("web.default.svc.cluster.local.", "A", "10.96.0.10")], ["web.default.my.domain. 5 IN A 10.96.0.10"]),
+    ("rewrite name regex (.*)\\.my\\.domain {1}.default.svc.cluster.local answer auto", "web.my.domain.",
+     [("web.default.svc.cluster.local.", "A", "10.96.0.10")], ["web.my.domain. 5 IN A 10.96.0.10"]),
+    # reverter_test.go: answer name with groups
+    ("rewrite name regex (core)\\.(dns)\\.(rocks) {2}.{1}.{3} answer name (dns)\\.(core)\\.(rocks) {2}.{1}.{3}",
+     "core.dns.rocks.", [("dns.core.rocks.", "A", "10.0.0.1"), ("dns.core.rocks.", "A", "10.0.0.2")],
+     ["core.dns.rocks. 5 IN A 10.0.0.1", "core.dns.rocks. 5 IN A 10.0.0.2"]),
+    ("rewrite name regex (.*)\\.domain\\.uk {1}.cluster.local answer name (.*)\\.cluster\\.local {1}.domain.uk "
+     "answer value (.*)\\.cluster\\.local {1}.domain.uk", "my.domain.uk.",
+     [("my.cluster.local.", "CNAME", "srv1.my.cluster.local.")], ["my.domain.uk. 5 IN CNAME srv1.my.domain.uk."]),
+])
+def test_rewrite_answer(line: str, name: str, records: list[tuple[str, str, str]], expected: list[str]) -> None:
+    assert _reverted(line, name, records) == expected
+
+
+def test_rewrite_block_form() -> None:
+    rules = _rule("rewrite stop {\n        name regex (.*)\\.my\\.domain\\.$ {1}.default.svc.cluster.local\n"
+                  "        answer name (.*)\\.default\\.svc\\.cluster\\.local\\.$ {1}.my.domain\n    }")
+    assert len(rules) == 1 and rules[0].stop and rules[0].match == "regex"
+    assert [(m.source, m.target, m.owner) for m in rules[0].answers] == [
+        ("(.*)\\.default\\.svc\\.cluster\\.local\\.$", "{1}.my.domain.", True)]
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("rewrite name a.example", "2:13: rewrite: name: too few arguments for a name rule"),
+    ("rewrite name wrong a.example b.example", "2:13: rewrite: name: name rule supports only exact, prefix, "
+     "suffix, substring, and regex name matching, received: wrong"),
+    ("rewrite name regex (.*)\\.example {1}.{2}.example", "2:13: rewrite: name: the rewrite regex pattern "
+     "({1}.{2}.example.) uses more subexpressions than its corresponding matching regex pattern ((.*)\\.example)"),
+    ("rewrite name regex ( x", "2:13: rewrite: name: invalid regex matching pattern: ("),
+    ("rewrite name prefix a b answer", "2:13: rewrite: name: invalid arguments for prefix rule"),
+    ("rewrite name prefix a b answer bogus", "2:13: rewrite: name: invalid type 'bogus' for answer rule"),
+    ("rewrite name prefix a b answer auto answer name x y", "2:13: rewrite: name: auto name answer rule cannot"),
+    ("rewrite type A AAAA", "2:13: rewrite: type: not supported by netkit"),
+    ("rewrite edns0 local set 0xffee abc", "2:13: rewrite: edns0: not supported by netkit"),
+])
+def test_rewrite_is_checked(line: str, message: str) -> None:
+    from netkit.dns.config import DEFAULTS, from_corefile
+    from netkit.dns.corefile import parse
+    with pytest.raises(ValueError) as info:
+        from_corefile(parse(f".:53 {{\n    {line}\n    kubernetes cluster.local\n}}\n", "Corefile", {}), DEFAULTS,
+                      "Corefile")
+    assert str(info.value).startswith("Corefile:" + message), str(info.value)
