@@ -159,11 +159,11 @@ def test_the_flags_and_the_corefile_cannot_both_say_it(tmp_path: Path) -> None:
 
 
 def test_an_unsupported_plugin_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    (tmp_path / "Corefile").write_text(KUBEADM.replace("    loop\n", "    loop\n    hosts\n"))
+    (tmp_path / "Corefile").write_text(KUBEADM.replace("    loop\n", "    loop\n    chaos\n"))
     proc = subprocess.run([sys.executable, "-m", "netkit", "dns", "--conf", str(tmp_path / "Corefile")],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
-    assert proc.stderr == f"netkit: error: {tmp_path / 'Corefile'}:21:5: hosts: not supported by netkit\n"
+    assert proc.stderr == f"netkit: error: {tmp_path / 'Corefile'}:21:5: chaos: unknown plugin (not supported by netkit)\n"
 
 
 def test_autopath_needs_pods_verified_and_says_where(tmp_path: Path) -> None:
