@@ -1,0 +1,169 @@
+"""Kubernetes' [sig-network] e2e tests translated one to one against `netkit lab cluster`.
+
+One cluster per mode (session scope: each xdist worker builds at most one per mode, and pytest
+runs every test of one mode before building the next), shared by every test: each test uses
+Services and deployments of its own names. `upstream("…")` names the upstream `ginkgo.It` test a
+function translates; the name is in every failure and, with `NETKIT_E2E_RESULTS=FILE`, in the JSON
+of outcomes `tests/e2e/table.py` renders into docs/e2e.md.
+
+The lab's pods answer every connection with their name (what agnhost's netexec `/hostname` gives
+the upstream tests) and the source they saw, on 8080 (container port `http`), 5353 and 5432.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netkit.lab.cluster import lifecycle
+from netkit.lab.cluster.state import Record
+from netkit.lab.sockets import Outcome
+from tests.conftest import need_root_and
+from tests.lab_cluster.conftest import UP_TIMEOUT, Kubectl, fresh, hit, in_pod, need_kubectl
+
+MODES = ("iptables", "nftables")
+RESULTS_ENV = "NETKIT_E2E_RESULTS"  # a file: the outcome of every test, by upstream name and mode
+POLL = 60.0  # seconds: the lab syncs in about a second; a loaded machine takes longer
+CLIENT_NODE = "node-3"
+
+pytestmark = pytest.mark.netns
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "upstream(name): the upstream [sig-network] e2e test translated")
+
+
+def upstream_name(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("upstream")
+    return str(marker.args[0]) if marker else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        name = upstream_name(item)
+        if name is not None:
+            callspec = getattr(item, "callspec", None)
+            mode = callspec.params.get("mode", "") if callspec else ""
+            item.user_properties += [("upstream", name), ("mode", mode), ("function", item.name.split("[")[0])]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failure names the upstream test it translates."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    name = upstream_name(item)
+    if name is not None and report.failed:
+        report.sections.append(("upstream test", f"[sig-network] {name}"))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    props = dict(report.user_properties)
+    if "upstream" not in props or (report.when != "call" and not (report.failed or report.skipped)):
+        return
+    row = _collected.setdefault(str(props["upstream"]), {"test": str(props["function"])})
+    row[str(props["mode"])] = report.outcome
+
+
+_collected: dict[str, dict[str, str]] = {}  # upstream name → {"test": function, mode: outcome}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    where = os.environ.get(RESULTS_ENV)
+    if where and _collected and not hasattr(session.config, "workerinput"):
+        Path(where).write_text(json.dumps(dict(sorted(_collected.items())), indent=2) + "\n")
+
+
+@pytest.fixture(scope="session", params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def cluster(mode: str) -> Iterator[Record]:
+    need_root_and("ip", *lifecycle.MODE_TOOLS[mode])
+    record = lifecycle.up(3, mode, 2, timeout=float(UP_TIMEOUT))
+    try:
+        yield record
+    finally:
+        lifecycle.down(record.cluster_id)
+
+
+@pytest.fixture
+def kubectl(cluster: Record, tmp_path: Path) -> Kubectl:
+    need_kubectl()
+    return Kubectl(cluster, tmp_path)
+
+
+@pytest.fixture
+def exec_pod(cluster: Record) -> str:
+    """The upstream tests' exec pod: a `web` pod on node-3 (no test here scales `web`)."""
+    return next(p.name for p in fresh(cluster).cluster.pods_on(CLIENT_NODE) if p.deploy == "web")
+
+
+def get(kubectl: Kubectl, kind: str, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(kubectl("get", kind, name, "-o", "json"))
+    return doc
+
+
+def cluster_ip(kubectl: Kubectl, name: str) -> str:
+    return str(get(kubectl, "service", name)["spec"].get("clusterIP", ""))
+
+
+def pods_of(record: Record, deploy: str) -> set[str]:
+    return {p.name for p in fresh(record).cluster.pods_of(deploy)}
+
+
+def start_serve_hostname(record: Record, deploy: str, replicas: int) -> set[str]:
+    """StartServeHostnameService's pods: `replicas` pods labelled app=DEPLOY."""
+    lifecycle.scale(record.cluster_id, deploy, replicas, create=True)
+    return pods_of(record, deploy)
+
+
+def hostnames(record: Record, pod: str, ip: str, port: int, count: int) -> list[str | None]:
+    """`count` connections from `pod` to ip:port, each's answering pod (None: no answer)."""
+    return [hit(record, pod, ip, port, timeout=1.0).backend for _ in range(count)]
+
+
+def service_up(record: Record, pod: str, ip: str, port: int, expected: set[str]) -> bool:
+    """verifyServeHostnameServiceUp: over 10 connections per pod, every expected pod answers and
+    nothing else does (a failed connection counts as an unexpected answer)."""
+    return set(hostnames(record, pod, ip, port, 10 * len(expected))) == expected
+
+
+def service_down(record: Record, pod: str, ip: str, port: int) -> bool:
+    """verifyServeHostnameServiceDown: no connection is answered."""
+    return all(hit(record, pod, ip, port, timeout=0.5).outcome is not Outcome.ANSWERED for _ in range(3))
+
+
+CONNECT = """import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+    print(s.recv(200).decode().split()[0])
+except ConnectionRefusedError:
+    print("REFUSED")
+except (socket.timeout, TimeoutError):
+    print("TIMEOUT")
+except OSError as e:
+    print("OTHER", e)
+"""
+
+
+def connect_by_name(record: Record, pod: str, host: str, port: int) -> str:
+    """agnhost connect from inside the pod, by name through its resolv.conf: the answering pod's
+    name, or REFUSED / TIMEOUT / OTHER."""
+    proc = in_pod(record, pod, [sys.executable, "-c", CONNECT, host, str(port)])
+    return proc.stdout.strip() or f"OTHER {proc.stderr.strip()}"
+
+
+def dig(record: Record, pod: str, name: str, rtype: str = "A", *extra: str) -> list[str]:
+    """The answers' data, as the upstream probe pods' `dig +search +short` prints them."""
+    proc = in_pod(record, pod, ["dig", "+short", "+search", "+time=2", "+tries=2", *extra, name, rtype])
+    return sorted(line for line in proc.stdout.split("\n") if line and not line.startswith(";"))
+
