@@ -3,8 +3,9 @@
 One cluster per mode (session scope: each xdist worker builds at most one per mode, and pytest
 runs every test of one mode before building the next), shared by every test: each test uses
 Services and deployments of its own names. `upstream("…")` names the upstream `ginkgo.It` test a
-function translates; the name is in every failure and, with `NETKIT_E2E_RESULTS=FILE`, in the JSON
-of outcomes `tests/e2e/table.py` renders into docs/e2e.md.
+function translates (`DESCRIBE` in its module: the upstream `SIGDescribe`); the name is in every
+failure and, with `NETKIT_E2E_RESULTS=FILE`, in the JSON of outcomes `tests/e2e/table.py` renders
+into docs/e2e.md.
 
 The lab's pods answer every connection with their name (what agnhost's netexec `/hostname` gives
 the upstream tests) and the source they saw, on 8080 (container port `http`), 5353 and 5432.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,28 +51,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if name is not None:
             callspec = getattr(item, "callspec", None)
             mode = callspec.params.get("mode", "") if callspec else ""
-            item.user_properties += [("upstream", name), ("mode", mode), ("function", item.name.split("[")[0])]
+            test = f"{item.path.name}::{item.name.split('[')[0]}"
+            describe = str(getattr(getattr(item, "module", None), "DESCRIBE", ""))
+            item.user_properties += [("upstream", name), ("mode", mode), ("test", test), ("describe", describe)]
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A failure names the upstream test it translates."""
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()
+    report = yield
     name = upstream_name(item)
     if name is not None and report.failed:
-        report.sections.append(("upstream test", f"[sig-network] {name}"))
+        describe = getattr(getattr(item, "module", None), "DESCRIBE", "")
+        report.sections.append(("upstream test", f"[sig-network] {describe} {name}"))
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     props = dict(report.user_properties)
     if "upstream" not in props or (report.when != "call" and not (report.failed or report.skipped)):
         return
-    row = _collected.setdefault(str(props["upstream"]), {"test": str(props["function"])})
+    row = _collected.setdefault(str(props["upstream"]),
+                                {"test": str(props["test"]), "describe": str(props["describe"])})
     row[str(props["mode"])] = report.outcome
 
 
-_collected: dict[str, dict[str, str]] = {}  # upstream name → {"test": function, mode: outcome}
+_collected: dict[str, dict[str, str]] = {}  # upstream name → {"test", "describe", each mode: outcome}
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -13,6 +13,8 @@ from .conftest import POLL, cluster_ip, dig, start_serve_hostname
 
 pytestmark = pytest.mark.netns
 
+DESCRIBE = "DNS"  # the upstream SIGDescribe these tests belong to
+
 DOMAIN = "default.svc.cluster.local"
 
 

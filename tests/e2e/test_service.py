@@ -7,14 +7,16 @@ and the assertion are upstream's, polled for `POLL` seconds instead of upstream'
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
 from netkit.lab.cluster import lifecycle
 from netkit.lab.cluster.state import Record
-from tests.lab_cluster.conftest import Kubectl, eventually, hit
+from tests.lab_cluster.conftest import Kubectl, eventually, hit, netns
 
 from .conftest import (
+    CLIENT_NODE,
     POLL,
     cluster_ip,
     connect_by_name,
@@ -28,6 +30,8 @@ from .conftest import (
 )
 
 pytestmark = pytest.mark.netns
+
+DESCRIBE = "Services"  # the upstream SIGDescribe these tests belong to
 
 AFFINITY = """apiVersion: v1
 kind: Service
@@ -134,14 +138,27 @@ spec:
 
 
 @pytest.mark.upstream("should be rejected when no endpoints exist")
-def test_rejected_without_endpoints(cluster: Record, kubectl: Kubectl, exec_pod: str) -> None:
+def test_rejected_without_endpoints(cluster: Record, kubectl: Kubectl, exec_pod: str, mode: str) -> None:
     """Services should be rejected when no endpoints exist: `agnhost connect no-pods:80` from a pod
-    fails with REFUSED (not a timeout). netkit refuses as kube-proxy does — a TCP connection is
-    refused at once, whether the rule answers with ICMP port-unreachable or a TCP reset, which is
-    what agnhost's REFUSED means."""
+    fails with REFUSED (not a timeout).
+
+    Deliberate difference, pinned: kube-proxy rejects with ICMP port-unreachable; netkit answers a
+    TCP SYN with a TCP reset (ICMP for other protocols), which a client sees at once as the same
+    ECONNREFUSED — agnhost's REFUSED — without depending on ICMP reaching it."""
     kubectl.apply(NO_PODS)
     assert eventually(lambda: connect_by_name(cluster, exec_pod, "no-pods", 80) == "REFUSED", POLL,
                       "no-pods:80 refused")
+    node = netns(cluster, CLIENT_NODE)
+    if mode == "iptables":
+        rules = [r for r in node_rules(node, "iptables-save") if "default/no-pods" in r and "REJECT" in r]
+        assert rules and all("--reject-with tcp-reset" in r for r in rules), rules
+    else:
+        assert "reject with tcp reset" in "\n".join(node_rules(node, "nft", "list", "ruleset"))
+
+
+def node_rules(node: str, *argv: str) -> list[str]:
+    proc = subprocess.run(["ip", "netns", "exec", node, *argv], capture_output=True, text=True, timeout=30, check=True)
+    return proc.stdout.splitlines()
 
 
 EXTERNAL_NAME = """apiVersion: v1
