@@ -285,7 +285,7 @@ def test_services_sharing_an_external_ip_and_port_load_and_hand_the_key_over(net
     """Two Services claiming 198.51.100.7:80 (kubernetes#69599): the kernel refuses a map with two
     values for one key, so the table holds the first port's claim; when that Service goes, the
     other's claim replaces it in the same transaction, and back."""
-    from netkit.rules.nftables.incremental import Compiler
+    from netkit.rules.nftables.compile import Compiler
     from tests.factories import node, objects
     from tests.unit.test_nft_compile import shared_address_docs
 

@@ -238,7 +238,7 @@ def test_nftables_slots_placed_one_by_one_equal_a_fresh_computation(slots: int, 
     """With 8 or 16 slots for at most 8 names the names collide often: a name that comes or goes is
     placed alone only when no other moves, else all are computed again; either way the table equals
     a fresh compile's."""
-    from netkit.rules.nftables import compile as nft_compile
+    from netkit.rules.nftables import layout as nft_compile
 
     with mock.patch.object(nft_compile, "SLOTS", slots):
         be: Any = backend("nftables")

@@ -25,8 +25,9 @@ from netkit.model import (
     build,
 )
 from netkit.rules.nftables import backend, names
-from netkit.rules.nftables import compile as compile_module
-from netkit.rules.nftables.compile import SHARDS, SLOTS, STRIDE, compile, endpoint_slots
+from netkit.rules.nftables import layout as compile_module
+from netkit.rules.nftables.compile import compile
+from netkit.rules.nftables.layout import SHARDS, SLOTS, STRIDE, endpoint_slots
 from netkit.rules.nftables.parse import parse
 from netkit.rules.nftables.render import render
 from netkit.rules.nftables.ruleset import Ruleset
@@ -292,8 +293,8 @@ def test_the_shared_key_follows_its_winner_through_the_remembering_compiler() ->
     equals a fresh compile, and each plan applies on the fake kernel, which refuses a second value
     for a key as the kernel does."""
     from netkit.model import build
+    from netkit.rules.nftables.compile import Compiler
     from netkit.rules.nftables.fake import FakeKernel
-    from netkit.rules.nftables.incremental import Compiler
     from netkit.rules.nftables.plan import plan
     from tests.factories import node, objects
 

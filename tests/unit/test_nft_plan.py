@@ -20,8 +20,9 @@ from netkit.config import Config
 from netkit.errors import KernelError
 from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ObjectRef, Protocol, ServicePortName
 from netkit.model.state import ServicePortState
-from netkit.rules.nftables.compile import STRIDE, compile, endpoint_slots
+from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.fake import FakeKernel
+from netkit.rules.nftables.layout import STRIDE, endpoint_slots
 from netkit.rules.nftables.names import port_label
 from netkit.rules.nftables.parse import parse
 from netkit.rules.nftables.plan import Transaction, plan, render_plan

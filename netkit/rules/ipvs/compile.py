@@ -54,6 +54,7 @@ from netkit.rules.ipvs import names as n
 from netkit.rules.ipvs.entries import SetEntry
 from netkit.rules.ipvs.ruleset import (
     SCHEDULERS,
+    Changes,
     Entries,
     IPSet,
     RealServer,
@@ -98,19 +99,6 @@ class _Compiled:
     port: ServicePortState
     mark: int
     part: Part
-
-
-@dataclass(frozen=True, slots=True)
-class Changes:
-    """What can differ between two consecutive compiles: the planner compares only this."""
-
-    services: frozenset[VSKey] = frozenset()
-    sets: frozenset[str] = frozenset()  # set names
-    addresses: bool = False
-    chains: frozenset[str] = frozenset()  # iptables chains
-    # set name → (entries that came, entries that went): exact, so the planner need not compare the
-    # sets (KUBE-LOOP-BACK holds an entry per endpoint)
-    entries: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
 
 def compile_port(ctx: Context, sp: ServicePortState, mark: int) -> Part:

@@ -26,8 +26,8 @@ from netkit.model.types import IPAddress
 from netkit.rules.backend import PlanStats
 from netkit.rules.iptables import plan as ipt_plan
 from netkit.rules.ipvs import names as n
-from netkit.rules.ipvs.compile import Changes
 from netkit.rules.ipvs.ruleset import (
+    Changes,
     IPSet,
     RealServer,
     Ruleset,

@@ -17,16 +17,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from ipaddress import ip_address
-from typing import TYPE_CHECKING
 
 from netkit.model import IPFamily, Protocol
 from netkit.model.types import IPAddress, IPNetwork
 from netkit.rules.backend import JSONValue, Since
 from netkit.rules.iptables import ruleset as ipt
 from netkit.rules.ipvs.entries import EntryError, SetEntry, parse_entry
-
-if TYPE_CHECKING:
-    from netkit.rules.ipvs.compile import Changes
 
 SCHEDULERS = frozenset({"rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "fo", "ovf",
                         "mh", "twos"})
@@ -213,6 +209,19 @@ def _read_entries(set_type: str, texts: Iterable[str]) -> Iterator[SetEntry]:
 
 def _no_payload() -> ipt.Ruleset:
     return ipt.Ruleset(IPFamily.IPV4)
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What can differ between two consecutive compiles: the planner compares only this."""
+
+    services: frozenset[VSKey] = frozenset()
+    sets: frozenset[str] = frozenset()  # set names
+    addresses: bool = False
+    chains: frozenset[str] = frozenset()  # iptables chains
+    # set name → (entries that came, entries that went): exact, so the planner need not compare the
+    # sets (KUBE-LOOP-BACK holds an entry per endpoint)
+    entries: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, weakref_slot=True)

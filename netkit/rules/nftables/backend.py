@@ -18,7 +18,7 @@ from netkit.rules.nftables import plan as _plan
 from netkit.rules.nftables import render as _render
 from netkit.rules.nftables import rule as _rule
 from netkit.rules.nftables import trace as _trace
-from netkit.rules.nftables.incremental import Compiler
+from netkit.rules.nftables.compile import Compiler
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.parse import FOREIGN
 from netkit.rules.nftables.plan import Transaction

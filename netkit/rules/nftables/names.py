@@ -48,7 +48,7 @@ NODEPORT_IPS = "nodeport-ips"
 HAIRPIN = "hairpin-endpoints"
 HEALTH_CHECK_NODEPORTS = "health-check-nodeports"
 
-# Shared endpoint maps: `endpoints-<proto>-<shard>` (see compile.endpoint_slots).
+# Shared endpoint maps: `endpoints-<proto>-<shard>` (see layout.endpoint_slots).
 ENDPOINTS = "endpoints"
 
 # Fixed chains.

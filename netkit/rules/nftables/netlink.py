@@ -16,7 +16,7 @@ as an nft script instead; a transaction goes all by one path, never split):
   and their concatenations, each field padded to 4 bytes; values: those, or verdicts);
 - `flush chain` (DELRULE naming only the chain), `delete chain`, `add chain` without a hook, and
   `delete set`;
-- the rules of service chains as compile.py writes them (svc-/local-/ext-/fw- and affinity), read
+- the rules of service chains as layout.py writes them (svc-/local-/ext-/fw- and affinity), read
   with rule.py and encoded as the expressions `nft --debug=netlink` prints for them: payload, cmp
   (a byte-aligned prefix compares its leading bytes), meta, fib, numgen, lookup, dynset `update`,
   immediate, nat, and the anonymous interval set of a fw- rule with several source ranges (created

@@ -1,6 +1,6 @@
 """plan(committed, desired) -> Transaction: the smallest nft transaction from one table to another.
 
-Theory of operation. The layout (compile.py) puts everything that changes often into map and set
+Theory of operation. The layout (layout.py) puts everything that changes often into map and set
 elements, so most syncs are element adds and deletes — a few bytes of netlink whatever the size of
 the table. Only chains whose rules differ are rewritten (flush + add rules); chains that no longer
 exist are flushed and deleted; sets whose definition changed (an affinity timeout) are recreated,

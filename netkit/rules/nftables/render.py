@@ -47,7 +47,7 @@ def set_attributes(s: NamedSet, *, size: bool = True) -> Iterator[str]:
 
 
 # nft cannot declare a map keyed by a plain integer with `type`; `typeof` gives the key its size.
-# Only endpoint maps (compile.endpoint_shards, compile.endpoint_map) have such keys; their values are
+# Only endpoint maps (layout.endpoint_shards, layout.endpoint_map) have such keys; their values are
 # address . port, and the port's typeof must name the service's protocol (`tcp dport`): a later
 # `meta l4proto udp dnat … map @m` is refused against `th dport` or another protocol. The protocol is
 # read from the map's name (`endpoints-<proto>-<shard>`, `svc-…/<ns>/<svc>/<proto>/<port>`); the JSON

@@ -21,13 +21,10 @@ user compares them its own way. Pure: no IO.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # ruleset.py reads references with this module
-    from netkit.rules.nftables.ruleset import NamedSet
+from typing import Protocol
 
 # ── expressions: what a match or a map looks at ─────────────────────────────────────────────────
 
@@ -316,7 +313,24 @@ def slots(lookup: MapLookup) -> frozenset[str] | None:
     return frozenset(str(lookup.key.offset + i) for i in range(lookup.key.mod))
 
 
-def endpoints(dnat: Dnat, sets: Mapping[str, NamedSet]) -> list[str]:
+class MapElement(Protocol):
+    """An element of a named map as `endpoints` reads it (ruleset.Element is one)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def value(self) -> str | None: ...
+
+
+class NamedMap(Protocol):
+    """A named map as `endpoints` reads it (ruleset.NamedSet is one; ruleset.py imports this module)."""
+
+    @property
+    def elements(self) -> Iterable[MapElement]: ...
+
+
+def endpoints(dnat: Dnat, sets: Mapping[str, NamedMap]) -> list[str]:
     """The `IP:port` (`[IPv6]:port`) targets a dnat statement can choose, its named maps read from `sets`."""
     if isinstance(dnat.to, Value):
         return [dnat.to.text]

@@ -267,7 +267,7 @@ class Parts:
     ports: dict[str, Part]
     sets: tuple[NamedSet, ...]  # the Ruleset's tuples this index describes (checked by identity)
     chains: tuple[Chain, ...]
-    # Keys of one-value-per-key maps that more than one port claims (compile.ONE_PER_KEY): set →
+    # Keys of one-value-per-key maps that more than one port claims (layout.ONE_PER_KEY): set →
     # key → every claim. Rare; `narrow` compares all claims of such a key, since a port that did not
     # change can win it when the winner changes or goes.
     contested: dict[str, dict[str, tuple[Element, ...]]] = field(default_factory=dict)
