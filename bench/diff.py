@@ -46,7 +46,7 @@ import results  # noqa: E402  (bench/results.py: --json)
 from compile import CONFIG, manifests, objects  # noqa: E402  (bench/compile.py: the same objects)
 from installed import installed_env  # noqa: E402
 
-from netkit.rules.nftables.parse_listing import LIST_OPTIONS  # noqa: E402
+from netkit.nft.parse_listing import LIST_OPTIONS  # noqa: E402
 
 TABLES = ("mangle", "filter", "nat")  # what netkit's iptables kernel reads (rules/iptables/kernel.py)
 FLOOR = Path(__file__).resolve().parent / "diff_floor.py"

@@ -49,10 +49,11 @@ import results  # noqa: E402  (bench/results.py: --json)
 from netkit.config import Config  # noqa: E402
 from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ObjectRef, Protocol, ServicePortName  # noqa: E402
 from netkit.model.state import ServicePortState  # noqa: E402
+from netkit.nft.render import render  # noqa: E402
+from netkit.nft.transaction import render_transaction  # noqa: E402
 from netkit.rules.nftables.compile import compile  # noqa: E402
 from netkit.rules.nftables.kernel import NftKernel  # noqa: E402
-from netkit.rules.nftables.plan import plan, render_transaction  # noqa: E402
-from netkit.rules.nftables.render import render  # noqa: E402
+from netkit.rules.nftables.plan import plan  # noqa: E402
 
 T = TypeVar("T")
 CONFIG = Config(cluster_cidrs=(ip_network("10.0.0.0/8"),))

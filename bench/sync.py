@@ -44,10 +44,11 @@ from compile import CONFIG, objects  # noqa: E402  (bench/compile.py: the same o
 from netkit.model import IPFamily  # noqa: E402
 from netkit.model.types import EndpointSlice  # noqa: E402
 from netkit.netns import run  # noqa: E402
+from netkit.nft import transaction as nft_tx  # noqa: E402
+from netkit.nft.parse_listing import LIST_OPTIONS  # noqa: E402
+from netkit.nft.render import render as nft_render  # noqa: E402
 from netkit.rules.iptables.plan import render_plan  # noqa: E402
 from netkit.rules.nftables import plan as nft_plan  # noqa: E402
-from netkit.rules.nftables.parse_listing import LIST_OPTIONS  # noqa: E402
-from netkit.rules.nftables.render import render as nft_render  # noqa: E402
 from netkit.runtime.daemon import Daemon, DaemonOptions  # noqa: E402
 from netkit.sources.store import Store  # noqa: E402
 
@@ -96,7 +97,7 @@ class Timed:
 def nft_scripts(tx: Any) -> str:
     """The transactions NftKernel.apply sends for `tx`, NUL-separated: its prelude of new dynamic
     sets (if any), then the transaction."""
-    return "\0".join(x for x in (nft_plan.render_prelude(tx), nft_plan.render_transaction(tx)) if x)
+    return "\0".join(x for x in (nft_tx.render_prelude(tx), nft_tx.render_transaction(tx)) if x)
 
 
 def nft_bare(netns: str, before: Any, after: Any, forward: str) -> float:
@@ -115,7 +116,7 @@ def bare_dump(netns: str, kernel: Any, nft: bool) -> float:
     iptables-legacy `iptables-save -t` of each table netkit reads, one process each; with
     iptables-nft one `iptables-save` of every table (the tool reads the whole ruleset whichever
     table it prints); in nftables mode nft's text listing of table ip netkit with the options netkit
-    lists it with (rules/nftables/parse_listing.py)."""
+    lists it with (nft/parse_listing.py)."""
     argvs = [["nft", *LIST_OPTIONS, "list", "table", "ip", "netkit"]] if nft else \
         [[kernel.tool("save")]] if kernel.resolved_backend == "nft" else \
         [[kernel.tool("save"), "-t", table] for table in ("mangle", "filter", "nat")]

@@ -13,11 +13,11 @@ the types of a compiled ruleset, its plan and its kernel then line up without a 
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
+from netkit.change import PlanStats as PlanStats  # re-exported: every backend's Plan has stats()
+from netkit.change import Since as Since  # re-exported: what a remembering compiler knows
 from netkit.config import Config
 from netkit.errors import NetkitError
 from netkit.model import IPFamily, NodeState
@@ -28,19 +28,6 @@ JSONValue = None | bool | int | float | str | Sequence["JSONValue"] | Mapping[st
 
 class Unsupported(NetkitError):
     """A backend cannot do what was asked (e.g. trace IPVS before its tracer exists)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PlanStats:
-    """How much a plan writes, in the backend's own objects (chains for iptables; chains, sets and
-    map elements for nftables; virtual servers, real servers, set entries and addresses for IPVS)."""
-
-    written: int  # objects created or rewritten
-    deleted: int  # objects removed
-    text: str  # for people: "12 chains written, 1 deleted, 0 jumps added"
-
-    def __str__(self) -> str:
-        return self.text
 
 
 class Plan(Protocol):
@@ -55,23 +42,7 @@ R = TypeVar("R")
 P = TypeVar("P", bound=Plan)
 P_contra = TypeVar("P_contra", bound=Plan, contravariant=True)
 R_co = TypeVar("R_co", covariant=True)
-K = TypeVar("K")
 T_co = TypeVar("T_co", covariant=True)
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Since(Generic[K]):
-    """What a remembering compiler knows about its result: which of its parts (`changed`, in the
-    backend's terms) can differ from the result of the compile before (`base`). A planner given
-    that very `base` as `committed` compares only those; given anything else (a kernel dump), all.
-
-    `base` is held weakly: each result holding the one before would keep every sync's ruleset alive."""
-
-    base: weakref.ref[object]
-    changed: K
-
-    def applies_to(self, committed: object) -> bool:
-        return committed is not None and self.base() is committed
 
 
 class Kernel(Protocol[R, P_contra]):

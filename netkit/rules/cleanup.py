@@ -277,7 +277,7 @@ def _nft_tables(family: IPFamily, netns: str | None, names: Sequence[str]) -> tu
     trip, whatever else is loaded). `nft list tables` and `nft -c delete table` both read every
     rule first (0.45 s each beside 10,000 services of iptables-nft rules here); `nft -c` is the
     fallback where the socket cannot be opened."""
-    from netkit.rules.nftables import lookup
+    from netkit.nft import lookup
     fam = "ip" if family is IPFamily.IPV4 else "ip6"
     if (found := lookup.tables(netns, fam, names)) is not None:
         return tuple(f"{fam} {t}" for t in found)

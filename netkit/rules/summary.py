@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from netkit.model import IPFamily, NodeState, Protocol
+from netkit.nft.ruleset import Ruleset as NftRuleset
 from netkit.rules.iptables import names as ipt_names
 from netkit.rules.iptables import rule as ipt_rule
 from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
@@ -30,7 +31,6 @@ from netkit.rules.ipvs import names as ipvs_names
 from netkit.rules.ipvs import ruleset as ipvs_rs
 from netkit.rules.ipvs.entries import SetEntry
 from netkit.rules.nftables import names as nft_names
-from netkit.rules.nftables.ruleset import Ruleset as NftRuleset
 
 ASPECTS = ("endpoints", "verdict", "policy", "masquerade", "firewall", "affinity", "rules")
 

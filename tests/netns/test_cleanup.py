@@ -153,6 +153,6 @@ def test_which_nftables_tables_exist_is_asked_over_netlink(netns: str) -> None:
         assert _nft_tables(family, netns, names) == by_nft
     assert _nft_tables(IPFamily.IPV4, netns, names) == ("ip netkit", "ip nat")
     assert _nft_tables(IPFamily.IPV6, netns, names) == ("ip6 kube-proxy", "ip6 theirs")
-    from netkit.rules.nftables import lookup
+    from netkit.nft import lookup
     assert lookup.tables(f"{netns}-gone", "ip", names) is None  # cannot be asked: the caller runs nft -c
     assert lookup.chains(netns, "ip", [("nat", "X"), ("nat", "Y"), ("mangle", "X")]) == (("nat", "X"),)

@@ -17,9 +17,9 @@ import pytest
 
 from netkit.config import Config
 from netkit.model import IPFamily
+from netkit.nft.parse import FOREIGN
 from netkit.rules.nftables import backend as nftables_backend
 from netkit.rules.nftables.kernel import NftKernel
-from netkit.rules.nftables.parse import FOREIGN
 from netkit.runtime.daemon import Daemon, DaemonOptions
 from tests.conftest import EXAMPLES, need_root_and, run_netkit
 

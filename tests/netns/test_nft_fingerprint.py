@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from netkit.config import Config
 from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ObjectRef, Protocol, ServicePortName, build
 from netkit.model.state import ServicePortState
+from netkit.nft.ruleset import Chain, Element, Elements, NamedSet, Ruleset
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.plan import plan
-from netkit.rules.nftables.ruleset import Chain, Element, Elements, NamedSet, Ruleset
 from netkit.sources.manifests import load
 from tests.conftest import EXAMPLES, need_root_and, netns_sh
 from tests.unit.nft_states import node_states

@@ -28,11 +28,12 @@ from netkit.model import (
     build,
 )
 from netkit.model.state import ServicePortState
+from netkit.nft.rule import read
+from netkit.nft.ruleset import Chain, Element
+from netkit.nft.transaction import Transaction, render_prelude, render_transaction
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel, load_nftables_module
-from netkit.rules.nftables.plan import Transaction, plan, render_prelude, render_transaction
-from netkit.rules.nftables.rule import read
-from netkit.rules.nftables.ruleset import Chain, Element
+from netkit.rules.nftables.plan import plan
 from netkit.sources.manifests import load
 from tests.conftest import EXAMPLES, need_root_and, netns_name
 from tests.unit.nft_states import node_states

@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 from netkit.config import Config
 from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ObjectRef, Protocol, ServicePortName, build
 from netkit.model.state import ServicePortState
+from netkit.nft.parse import FOREIGN
+from netkit.nft.parse_listing import Unrecognised
+from netkit.nft.ruleset import Ruleset
 from netkit.rules.nftables import kernel as kernel_mod
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel, load_nftables_module
-from netkit.rules.nftables.parse import FOREIGN
-from netkit.rules.nftables.parse_listing import Unrecognised
 from netkit.rules.nftables.plan import plan
-from netkit.rules.nftables.ruleset import Ruleset
 from netkit.sources.manifests import load
 from tests.conftest import EXAMPLES, need_root_and
 from tests.unit.nft_states import node_states

@@ -17,11 +17,11 @@ from netkit.config import Config
 from netkit.errors import KernelError
 from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ObjectRef, Protocol, ServicePortName
 from netkit.model.state import ServicePortState
-from netkit.rules.nftables import netlink
+from netkit.nft import netlink
+from netkit.nft.ruleset import Element, Ruleset
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel
 from netkit.rules.nftables.plan import plan
-from netkit.rules.nftables.ruleset import Element, Ruleset
 from tests.conftest import need_root_and, netns_name
 
 CONFIG = Config(cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:244::/48")))

@@ -124,8 +124,8 @@ def test_compile_json_is_structured_in_every_mode(mode: str, capsys: pytest.Capt
 def test_one_parse_error_for_every_reader() -> None:
     """#15: the backends' readers raise one ParseError (a NetkitError: one line, exit 2)."""
     from netkit import errors
+    from netkit.nft import parse, parse_listing
     from netkit.rules.iptables import rule, ruleset
-    from netkit.rules.nftables import parse, parse_listing
 
     assert rule.ParseError is ruleset.ParseError is parse.ParseError is errors.ParseError
     assert issubclass(parse_listing.Unrecognised, errors.ParseError)

@@ -18,9 +18,9 @@ from netkit.model import IPFamily, NodeState, build
 from netkit.model.conntrack import ports_to_check, to_check
 from netkit.model.state import StateBuilder
 from netkit.model.types import Objects
+from netkit.nft.ruleset import Element, Elements
 from netkit.rules.iptables.compile import Compiler, compile
 from netkit.rules.iptables.plan import Plan, plan
-from netkit.rules.nftables.ruleset import Element, Elements
 from netkit.rules.registry import backend
 from netkit.runtime.health import service_health, service_health_since
 from netkit.runtime.metrics import Metrics, no_local_endpoints_by_family

@@ -14,11 +14,11 @@ import pytest
 from netkit.config import Config, node_port_addresses, parse_cidrs, parse_ips
 from netkit.model import EndpointAddr, IPFamily, ObjectRef, Protocol, ServicePortName, ServicePortState, build
 from netkit.model.state import categorize
+from netkit.nft.ruleset import Ruleset as NftRuleset
 from netkit.rules.iptables.compile import compile as compile_iptables
 from netkit.rules.iptables.names import NFACCT_COUNTERS
 from netkit.rules.iptables.ruleset import Ruleset
 from netkit.rules.nftables.compile import compile as compile_nft
-from netkit.rules.nftables.ruleset import Ruleset as NftRuleset
 from tests import factories as f
 
 BASE = Config(node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16", "fd00:244::/56"], "test"))

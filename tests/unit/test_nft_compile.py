@@ -24,13 +24,13 @@ from netkit.model import (
     ServicePortState,
     build,
 )
+from netkit.nft.parse import parse
+from netkit.nft.render import render
+from netkit.nft.ruleset import Ruleset
 from netkit.rules.nftables import backend, names
 from netkit.rules.nftables import layout as compile_module
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.layout import SHARDS, SLOTS, STRIDE, endpoint_slots
-from netkit.rules.nftables.parse import parse
-from netkit.rules.nftables.render import render
-from netkit.rules.nftables.ruleset import Ruleset
 from netkit.sources.manifests import load
 
 ROOT = Path(__file__).resolve().parents[2]

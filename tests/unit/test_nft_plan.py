@@ -20,14 +20,15 @@ from netkit.config import Config
 from netkit.errors import KernelError
 from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ObjectRef, Protocol, ServicePortName
 from netkit.model.state import ServicePortState
+from netkit.nft.parse import parse
+from netkit.nft.render import render
+from netkit.nft.ruleset import Chain, Element, Ruleset
+from netkit.nft.transaction import Transaction, render_plan
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.fake import FakeKernel
 from netkit.rules.nftables.layout import STRIDE, endpoint_slots
 from netkit.rules.nftables.names import port_label
-from netkit.rules.nftables.parse import parse
-from netkit.rules.nftables.plan import Transaction, plan, render_plan
-from netkit.rules.nftables.render import render
-from netkit.rules.nftables.ruleset import Chain, Element, Ruleset
+from netkit.rules.nftables.plan import plan
 from tests.unit.nft_states import NODE_V4, node_states
 
 CONFIG = Config(cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:244::/48")))

@@ -103,7 +103,7 @@ def test_nftables_affinity_walk_records_the_client() -> None:
 
 
 def test_nftables_reads_a_hand_edit_it_does_not_know_as_unknown() -> None:
-    from netkit.rules.nftables.ruleset import Chain, Ruleset
+    from netkit.nft.ruleset import Chain, Ruleset
 
     state = build(load([str(EXAMPLES)]).objects, "node-a", CONFIG.node_ips)
     rules = backend("nftables").compile(state, CONFIG, IPFamily.IPV4)

@@ -396,6 +396,6 @@ def _has_hint(save: str) -> bool:
 def _nft_hint(family: IPFamily, netns: str | None) -> bool:
     """Whether one of iptables-nft's tables of `family` holds a hint chain; False when that cannot
     be asked (then detect_backend reads the save)."""
-    from netkit.rules.nftables import lookup
+    from netkit.nft import lookup
     fam = "ip" if family is IPFamily.IPV4 else "ip6"
     return bool(lookup.chains(netns, fam, [(t, h) for t in BUILTIN_CHAINS for h in _HINT_CHAINS]))

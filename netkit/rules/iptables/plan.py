@@ -22,8 +22,8 @@ import difflib
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from netkit.change import PlanStats
 from netkit.model import IPFamily
-from netkit.rules.backend import PlanStats
 from netkit.rules.iptables.names import is_owned
 from netkit.rules.iptables.ruleset import BUILTIN_CHAINS, TABLE_ORDER, Ruleset
 

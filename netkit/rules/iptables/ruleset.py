@@ -24,8 +24,8 @@ from ipaddress import ip_network
 from itertools import compress, groupby
 from operator import is_not, itemgetter, methodcaller
 
+from netkit.change import Since
 from netkit.model import IPFamily
-from netkit.rules.backend import Since
 from netkit.rules.iptables.rule import ParseError, words
 
 BUILTIN_CHAINS = {

@@ -48,7 +48,7 @@ from netkit.config import Config
 from netkit.model import EndpointAddr, IPFamily, NodeState, Protocol, ServicePortState
 from netkit.model.state import PortChanges
 from netkit.model.types import IPAddress
-from netkit.rules.backend import Since
+from netkit.change import Since
 from netkit.rules.iptables import ruleset as ipt
 from netkit.rules.ipvs import names as n
 from netkit.rules.ipvs.entries import SetEntry

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 
+from netkit.change import PlanStats
 from netkit.model import IPFamily, Protocol
 from netkit.model.types import IPAddress
-from netkit.rules.backend import PlanStats
 from netkit.rules.iptables import plan as ipt_plan
 from netkit.rules.ipvs import names as n
 from netkit.rules.ipvs.ruleset import (

@@ -18,9 +18,10 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from ipaddress import ip_address
 
+from netkit.change import Since
 from netkit.model import IPFamily, Protocol
 from netkit.model.types import IPAddress, IPNetwork
-from netkit.rules.backend import JSONValue, Since
+from netkit.rules.backend import JSONValue
 from netkit.rules.iptables import ruleset as ipt
 from netkit.rules.ipvs.entries import EntryError, SetEntry, parse_entry
 

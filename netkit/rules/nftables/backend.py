@@ -11,18 +11,19 @@ from collections.abc import Mapping
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
+from netkit.nft import render as _render
+from netkit.nft import rule as _rule
+from netkit.nft.parse import FOREIGN
+from netkit.nft.ruleset import Chain, NamedSet, Ruleset
+from netkit.nft.transaction import Transaction
+from netkit.nft.transaction import render_plan as _render_plan
 from netkit.rules.backend import JSONValue
 from netkit.rules.nftables import compile as _compile
 from netkit.rules.nftables import names
 from netkit.rules.nftables import plan as _plan
-from netkit.rules.nftables import render as _render
-from netkit.rules.nftables import rule as _rule
 from netkit.rules.nftables import trace as _trace
 from netkit.rules.nftables.compile import Compiler
 from netkit.rules.nftables.kernel import NftKernel
-from netkit.rules.nftables.parse import FOREIGN
-from netkit.rules.nftables.plan import Transaction
-from netkit.rules.nftables.ruleset import Chain, NamedSet, Ruleset
 from netkit.rules.tracing import Outcome, Packet
 
 name = "nftables"
@@ -79,12 +80,12 @@ def plan(committed: Live, desired: Live) -> Transaction:
 
 
 def render_plan(transaction: Transaction) -> str:
-    return _plan.render_plan(transaction)
+    return _render_plan(transaction)
 
 
 def describe_plan(transaction: Transaction) -> str:
     """The nft script itself: each line is one change (flush, delete element, add rule, …)."""
-    return _plan.render_plan(transaction)
+    return _render_plan(transaction)
 
 
 def trace(ruleset: Live, packet: Packet) -> list[Outcome]:

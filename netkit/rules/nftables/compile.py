@@ -26,14 +26,14 @@ import weakref
 from dataclasses import replace
 from typing import Generic, TypeVar
 
+from netkit.change import Since
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState, ServicePortState
 from netkit.model.types import IPAddress
-from netkit.rules.backend import Since
+from netkit.nft.ruleset import Chain, Element, Elements, NamedSet, Part, Parts, Ruleset
 from netkit.rules.memo import PortMemo
 from netkit.rules.nftables import layout as c
 from netkit.rules.nftables import names as n
-from netkit.rules.nftables.ruleset import Chain, Element, Elements, NamedSet, Part, Parts, Ruleset
 
 T = TypeVar("T")
 

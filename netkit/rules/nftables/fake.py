@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from netkit.errors import KernelError
-from netkit.rules.nftables.plan import Transaction
-from netkit.rules.nftables.ruleset import Chain, NamedSet, Ruleset
+from netkit.nft.ruleset import Chain, NamedSet, Ruleset
+from netkit.nft.transaction import Transaction
 
 
 @dataclass

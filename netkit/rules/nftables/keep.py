@@ -21,12 +21,14 @@ slots the kept one still uses (slots are settled in name order). Pure.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator
+from dataclasses import replace
 
 from netkit.errors import NetkitError
+from netkit.nft import rule
+from netkit.nft.ruleset import Chain, Element, NamedSet, Ruleset
 from netkit.rules.keep import service_of as port_service
 from netkit.rules.nftables import names as n
-from netkit.rules.nftables import rule
-from netkit.rules.nftables.ruleset import Chain, Element, NamedSet, Ruleset
+from netkit.rules.nftables.layout import declared
 
 _DISPATCH = (n.SERVICE_IPS, n.SERVICE_NODEPORTS, n.NO_ENDPOINT_SERVICES, n.NO_ENDPOINT_NODEPORTS, n.FIREWALL_IPS)
 
@@ -47,7 +49,7 @@ def keep(live: Ruleset | None, desired: Ruleset, services: Collection[str]) -> R
         return desired
     drop_sets, drop_chains, drop_elements, keys = _desired_parts(desired, wanted)
     chains = [c for c in live.chains if service_of(c.name) in wanted]
-    own = [s for s in live.sets if service_of(s.name) in wanted]
+    own = [declared(s) for s in live.sets if service_of(s.name) in wanted]
     found = _shared_elements(live, {c.name for c in chains}, chains, keys)
     missing = wanted - {service_of(c.name) for c in chains} - {_service_of_key(k, desired) for k in keys}
     if any(_has_unnamed(live, s) for s in missing):
@@ -62,10 +64,10 @@ def keep(live: Ruleset | None, desired: Ruleset, services: Collection[str]) -> R
             if clash is not None:
                 raise Unkeepable(f"{s.name}: key {e.key} of a kept Service is now given to another service port")
             elements.add(e)
-        sets.append(NamedSet(s.name, s.key_type, s.value_type, s.flags, s.timeout, s.size, frozenset(elements)))
+        sets.append(replace(s, elements=frozenset(elements)))
     sets.extend(own)
     have = {s.name for s in sets}
-    sets.extend(NamedSet(s.name, s.key_type, s.value_type, s.flags, s.timeout, s.size, frozenset(found[s.name]))
+    sets.extend(declared(replace(s, elements=frozenset(found[s.name])))
                 for s in live.sets if s.name in found and s.name not in have)  # a shard no longer in use
     kept = [c for c in desired.chains if c.name not in drop_chains]
     return Ruleset.of(desired.family, sets, [*kept, *chains], desired.table)

@@ -41,13 +41,13 @@ from typing import Any, TextIO, TypeVar
 
 from netkit import netns as netns_mod
 from netkit.errors import KernelError
-from netkit.rules.nftables import fingerprint, netlink
-from netkit.rules.nftables.fingerprint import Fingerprint, Unreadable
-from netkit.rules.nftables.generation import NETLINK_NETFILTER, Generation, netfilter_socket
-from netkit.rules.nftables.parse import parse
-from netkit.rules.nftables.parse_listing import LIST_OPTIONS, Unrecognised, parse_listing
-from netkit.rules.nftables.plan import Transaction, render_prelude, render_transaction
-from netkit.rules.nftables.ruleset import Ruleset
+from netkit.nft import fingerprint, netlink
+from netkit.nft.fingerprint import Fingerprint, Unreadable
+from netkit.nft.generation import NETLINK_NETFILTER, Generation, netfilter_socket
+from netkit.nft.parse import parse
+from netkit.nft.parse_listing import LIST_OPTIONS, Unrecognised, parse_listing
+from netkit.nft.ruleset import Ruleset
+from netkit.nft.transaction import Transaction, render_prelude, render_transaction
 
 # Debian installs python3-nftables for the system interpreter only; a virtualenv on another
 # interpreter loads the same pure-Python wrapper from there.

@@ -59,8 +59,8 @@ from netkit.config import Config
 from netkit.errors import NetkitError
 from netkit.model import EndpointAddr, IPFamily, NodeState, ServicePortState, Traffic, Verdict
 from netkit.model.types import IPAddress, IPNetwork
-from netkit.rules.nftables import names as n
-from netkit.rules.nftables.ruleset import (
+from netkit.nft.render import TYPEOF_ADDRESS, address_port_typeof
+from netkit.nft.ruleset import (
     Chain,
     Element,
     Hook,
@@ -70,6 +70,7 @@ from netkit.rules.nftables.ruleset import (
     anonymous_set,
     prefixes,
 )
+from netkit.rules.nftables import names as n
 from netkit.rules.nodeports import nodeport_ips
 
 SHARDS = 64  # shared endpoint maps per protocol (only those in use are declared)
@@ -201,7 +202,7 @@ def slot_hash(name: str) -> int:
 
 def shard_map(ctx: Ctx, name: str) -> NamedSet:
     """A shared endpoint map (`endpoints-<proto>-<shard>`): key slot × STRIDE + i, value ip . port."""
-    return NamedSet(name, ("integer",), f"{ctx.addr_type} . inet_service")
+    return declared(NamedSet(name, ("integer",), f"{ctx.addr_type} . inet_service"))
 
 
 def shard_of(ctx: Ctx, p: ServicePortState, chain: str, eps: Sequence[EndpointAddr]) -> tuple[str, int] | None:
@@ -449,9 +450,22 @@ def endpoint_rules(ctx: Ctx, p: ServicePortState, eps: Sequence[EndpointAddr], i
 def endpoint_map(ctx: Ctx, chain: str, eps: Sequence[EndpointAddr]) -> NamedSet:
     """The endpoints of an endpoint chain with more than STRIDE of them, by index: its own map.
     Named like its chain (sets and chains are separate namespaces). Key type `integer` is declared
-    `typeof numgen random mod 1` when rendered (nft has no plain integer type for a map key)."""
+    `typeof numgen random mod 1` (nft has no plain integer type for a map key): see `declared`."""
     elements = frozenset(Element(str(i), f"{ctx.text(e.ip)} . {e.port}") for i, e in enumerate(eps))
-    return NamedSet(chain, ("integer",), f"{ctx.addr_type} . inet_service", elements=elements)
+    return declared(NamedSet(chain, ("integer",), f"{ctx.addr_type} . inet_service", elements=elements))
+
+
+def declared(s: NamedSet) -> NamedSet:
+    """An endpoint map with its typeof declaration: the port's protocol is the one its dnat rule
+    matches (`meta l4proto tcp dnat … map @m` is refused against `th dport` or another protocol),
+    read from the map's name (`endpoints-<proto>-<shard>`, `svc-…/<ns>/<svc>/<proto>/<port>`).
+    Also for endpoint maps read from nft's JSON (keep.py), which does not show the declaration.
+    Any other set is returned as it is."""
+    if s.typeof is not None or s.key_type != ("integer",) or s.value_type not in TYPEOF_ADDRESS:
+        return s
+    split = n.split(s.name)
+    proto = split[1].rsplit("/", 1)[1] if split else n.shard_protocol(s.name) or "th"
+    return replace(s, typeof=address_port_typeof(s.value_type, proto))
 
 
 def affinity_rules(ctx: Ctx, p: ServicePortState, eps: Sequence[EndpointAddr]) -> list[str]:

@@ -31,7 +31,7 @@ from functools import lru_cache
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
 from netkit.model.types import IPAddress
-from netkit.rules.nftables.rule import (
+from netkit.nft.rule import (
     AnonMap,
     AnonSet,
     Concat,
@@ -60,7 +60,7 @@ from netkit.rules.nftables.rule import (
     hostport,
     read,
 )
-from netkit.rules.nftables.ruleset import Chain, NamedSet, Ruleset
+from netkit.nft.ruleset import Chain, NamedSet, Ruleset
 from netkit.rules.tracing import Outcome, Packet, Step, endpoints
 
 __all__ = ["Outcome", "Packet", "Step", "endpoints", "trace"]

@@ -1,4 +1,4 @@
-"""The typed rule reader (netkit.rules.nftables.rule) against the compiler: every rule `compile`
+"""The typed rule reader (netkit.nft.rule) against the compiler: every rule `compile`
 writes reads back into typed statements whose text is the rule again (text → typed → text), reading
 that text gives the same value, and the readers that use it (summaries, keep, trace) see the same
 structure whatever spelling nft lists. Rules netkit never writes are refused, never guessed at.
@@ -16,10 +16,9 @@ from hypothesis import strategies as st
 
 from netkit.config import Config
 from netkit.model import IPFamily
-from netkit.rules.nftables import rule
-from netkit.rules.nftables.compile import compile
-from netkit.rules.nftables.parse import FOREIGN
-from netkit.rules.nftables.rule import (
+from netkit.nft import rule
+from netkit.nft.parse import FOREIGN
+from netkit.nft.rule import (
     Dnat,
     MapLookup,
     Match,
@@ -32,6 +31,7 @@ from netkit.rules.nftables.rule import (
     Verdict,
     read,
 )
+from netkit.rules.nftables.compile import compile
 from tests.unit.nft_states import node_states
 
 CONFIG = Config(cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:244::/48")))

@@ -1,4 +1,4 @@
-"""Reading nft's text listing (netkit.rules.nftables.parse_listing): its normalisations, its refusals
+"""Reading nft's text listing (netkit.nft.parse_listing): its normalisations, its refusals
 (each makes the kernel read the JSON listing instead), and properties over compiled rulesets printed
 the way nft 1.0.6 prints them. Against the real kernel: tests/netns/test_nft_listing.py."""
 
@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from netkit.config import Config
 from netkit.model import IPFamily
+from netkit.nft.parse import FOREIGN
+from netkit.nft.parse_listing import Rules, Unrecognised, canonical_rule, parse_listing, shape
+from netkit.nft.render import INTEGER_KEY, TYPEOF_ADDRESS
+from netkit.nft.ruleset import Chain, Element, Hook, NamedSet, Ruleset
 from netkit.rules.nftables.compile import compile
 from netkit.rules.nftables.kernel import NftKernel
-from netkit.rules.nftables.parse import FOREIGN
-from netkit.rules.nftables.parse_listing import Rules, Unrecognised, canonical_rule, parse_listing, shape
-from netkit.rules.nftables.render import INTEGER_KEY, TYPEOF_ADDRESS
-from netkit.rules.nftables.ruleset import Chain, Element, Hook, NamedSet, Ruleset
 from tests.unit.nft_states import node_states
 
 CONFIG = Config(cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:244::/48")))

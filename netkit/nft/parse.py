@@ -32,8 +32,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from netkit.errors import ParseError as ParseError  # re-exported: one class for every reader
-from netkit.rules.nftables.render import TYPEOF_ADDRESS
-from netkit.rules.nftables.ruleset import (
+from netkit.nft.render import TYPEOF_ADDRESS
+from netkit.nft.ruleset import (
     Chain,
     Element,
     Hook,
@@ -83,10 +83,6 @@ def items(text: str) -> Iterator[JSON]:
             return
         item, at = _DECODER.raw_decode(text, at)
         yield item
-
-
-def parse_json(doc: JSON, family: str, table: str) -> Ruleset | None:
-    return parse_items(doc.get("nftables", []), family, table)
 
 
 def parse_items(objects: Iterable[JSON], family: str, table: str, like: Ruleset | None = None) -> Ruleset | None:
@@ -446,7 +442,7 @@ def _set(name: str, lines: Iterator[str]) -> NamedSet:
     return NamedSet(name, tuple(key_type.split(" . ")), value_type or None,
                     tuple(attrs["flags"].split(",")) if "flags" in attrs else (),
                     int(attrs["timeout"].rstrip("s")) if "timeout" in attrs else None,
-                    int(attrs["size"]) if "size" in attrs else None, frozenset(elements))
+                    int(attrs["size"]) if "size" in attrs else None, frozenset(elements), attrs.get("typeof"))
 
 
 _TYPEOF_VALUES = {v: k for k, v in TYPEOF_ADDRESS.items()}

@@ -41,9 +41,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from netkit.netns import KeptSocket
-from netkit.rules.nftables import netlink
-from netkit.rules.nftables.plan import Transaction
-from netkit.rules.nftables.ruleset import Element, NamedSet
+from netkit.nft import netlink
+from netkit.nft.ruleset import Element, NamedSet
+from netkit.nft.transaction import Transaction
 
 NFNL_SUBSYS_NFTABLES = 10
 GETCHAIN, GETRULE, GETSET, GETSETELEM = 4, 7, 10, 13

@@ -1,4 +1,4 @@
-"""Asking whether an nftables table or chain exists, by name (netkit/rules/nftables/lookup.py): the
+"""Asking whether an nftables table or chain exists, by name (netkit/nft/lookup.py): the
 requests' bytes and the reading of the answers."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from netkit.rules.nftables import lookup
-from netkit.rules.nftables import netlink as nl
+from netkit.nft import lookup
+from netkit.nft import netlink as nl
 
 
 def test_a_table_is_asked_for_by_name_and_the_answer_read() -> None:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from netkit.rules.nftables import names
-from netkit.rules.nftables.ruleset import Chain, Hook, NamedSet, Ruleset
+from netkit.nft.ruleset import Chain, Hook, NamedSet, Ruleset
 
 INDENT = "\t"
 
@@ -47,21 +46,26 @@ def set_attributes(s: NamedSet, *, size: bool = True) -> Iterator[str]:
 
 
 # nft cannot declare a map keyed by a plain integer with `type`; `typeof` gives the key its size.
-# Only endpoint maps (layout.endpoint_shards, layout.endpoint_map) have such keys; their values are
-# address . port, and the port's typeof must name the service's protocol (`tcp dport`): a later
-# `meta l4proto udp dnat … map @m` is refused against `th dport` or another protocol. The protocol is
-# read from the map's name (`endpoints-<proto>-<shard>`, `svc-…/<ns>/<svc>/<proto>/<port>`); the JSON
-# dump of nft 1.0.6 shows only the types, which is what the Ruleset keeps.
+# Such a set carries its typeof expressions (NamedSet.typeof); an integer-keyed map of address . port
+# read from nft's JSON, which shows only the types, is declared with `th dport` (any transport
+# header). A writer whose rules look such a map up after `meta l4proto tcp` sets typeof to
+# `… tcp dport`: nft refuses the lookup against `th dport` or another protocol.
 TYPEOF_ADDRESS = {"ipv4_addr . inet_service": "ip", "ipv6_addr . inet_service": "ip6"}
 INTEGER_KEY = "numgen random mod 1"
 
 
+def address_port_typeof(value_type: str, protocol: str = "th") -> str:
+    """The typeof expressions of an integer-keyed map of `address . port` values (`value_type` one of
+    TYPEOF_ADDRESS), for dnat to the port of `protocol`."""
+    return f"{INTEGER_KEY} : {TYPEOF_ADDRESS[value_type]} daddr . {protocol} dport"
+
+
 def type_line(s: NamedSet) -> str:
+    if s.typeof is not None:
+        return f"typeof {s.typeof}"
     key = " . ".join(s.key_type)
     if key == "integer" and s.value_type in TYPEOF_ADDRESS:
-        split = names.split(s.name)
-        proto = split[1].rsplit("/", 1)[1] if split else names.shard_protocol(s.name) or "th"
-        return f"typeof {INTEGER_KEY} : {TYPEOF_ADDRESS[s.value_type]} daddr . {proto} dport"
+        return f"typeof {address_port_typeof(s.value_type)}"
     return f"type {key} : {s.value_type}" if s.value_type else f"type {key}"
 
 

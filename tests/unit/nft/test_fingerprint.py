@@ -8,10 +8,10 @@ import struct
 
 import pytest
 
-from netkit.rules.nftables import fingerprint as fp
-from netkit.rules.nftables import netlink
-from netkit.rules.nftables.plan import Transaction
-from netkit.rules.nftables.ruleset import Chain, Element, NamedSet
+from netkit.nft import fingerprint as fp
+from netkit.nft import netlink
+from netkit.nft.ruleset import Chain, Element, NamedSet
+from netkit.nft.transaction import Transaction
 
 SERVICES = NamedSet("service-ips", ("ipv4_addr", "inet_proto", "inet_service"), "verdict")
 

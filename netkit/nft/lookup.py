@@ -18,8 +18,8 @@ import struct
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from netkit.rules.nftables.generation import netfilter_socket
-from netkit.rules.nftables.netlink import (
+from netkit.nft.generation import netfilter_socket
+from netkit.nft.netlink import (
     FAMILIES,
     NFNL_SUBSYS_NFTABLES,
     NFTA_CHAIN_NAME,

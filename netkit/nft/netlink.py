@@ -47,9 +47,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from netkit.netns import KeptSocket
-from netkit.rules.nftables.plan import Transaction
-from netkit.rules.nftables.render import type_line
-from netkit.rules.nftables.rule import (
+from netkit.nft.render import type_line
+from netkit.nft.rule import (
     AnonSet,
     Dnat,
     Fib,
@@ -66,7 +65,8 @@ from netkit.rules.nftables.rule import (
     Verdict,
     read,
 )
-from netkit.rules.nftables.ruleset import NamedSet, SetElement
+from netkit.nft.ruleset import NamedSet, SetElement
+from netkit.nft.transaction import Transaction
 
 NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11

@@ -14,10 +14,11 @@ import struct
 
 import pytest
 
-from netkit.rules.nftables import netlink as nl
-from netkit.rules.nftables.plan import Transaction
-from netkit.rules.nftables.rule import Value
-from netkit.rules.nftables.ruleset import Chain, Element, Hook, NamedSet, Ruleset
+from netkit.nft import netlink as nl
+from netkit.nft.render import address_port_typeof
+from netkit.nft.rule import Value
+from netkit.nft.ruleset import Chain, Element, Hook, NamedSet, Ruleset
+from netkit.nft.transaction import Transaction
 
 SETS = (NamedSet("endpoints-tcp-00", ("integer",), "ipv4_addr . inet_service"),
         NamedSet("service-ips", ("ipv4_addr", "inet_proto", "inet_service"), "verdict"),
@@ -264,11 +265,13 @@ ENDPOINT_MAP = [  # nft's `add map … { typeof numgen random mod 1 : ip daddr .
 
 def test_a_new_endpoint_map_is_created_with_nfts_typeof_userdata() -> None:
     m = NamedSet("endpoints-tcp-07", ("integer",), "ipv4_addr . inet_service",
-                 elements=frozenset({Element("4096", "10.0.0.1 . 80")}))
+                 elements=frozenset({Element("4096", "10.0.0.1 . 80")}),
+                 typeof=address_port_typeof("ipv4_addr . inet_service", "tcp"))
     got = messages(nl.encode(Transaction("ip", "n", add_sets=(m,)), 1).data)[1:-1]
     assert [k & 0xFF for k, _, _, _ in got] == [9, 12]  # NEWSET, then its elements (after any rules)
     assert [body.hex() for _, _, _, body in got] == ENDPOINT_MAP
-    v6 = NamedSet("endpoints-udp-01", ("integer",), "ipv6_addr . inet_service")
+    v6 = NamedSet("endpoints-udp-01", ("integer",), "ipv6_addr . inet_service",
+                  typeof=address_port_typeof("ipv6_addr . inet_service", "udp"))
     body = messages(nl.encode(Transaction("ip6", "n", add_sets=(v6,)), 1).data)[1][3]
     assert struct.pack(">I", 8 << 6 | 13) in body and bytes.fromhex("010c000406000000") in body  # udp
 

@@ -31,8 +31,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from netkit.rules.backend import Since
-from netkit.rules.nftables.rule import readable
+from netkit.change import Since
+from netkit.nft.rule import readable
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -161,6 +161,10 @@ class NamedSet:
     timeout: int | None = None  # seconds, for dynamic sets
     size: int | None = None
     elements: AbstractSet[Element] = frozenset()
+    # How the set is declared when its key has no `type` of its own (an integer map key): the
+    # `typeof` expressions, e.g. "numgen random mod 1 : ip daddr . tcp dport". nft 1.0.6's JSON
+    # listing does not show them, so a set read from JSON has None: not part of equality.
+    typeof: str | None = field(default=None, compare=False)
 
     @property
     def is_map(self) -> bool:

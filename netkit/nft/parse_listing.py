@@ -35,8 +35,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from itertools import repeat
 
-from netkit.rules.nftables.parse import ParseError, anonymous, shared
-from netkit.rules.nftables.rule import (
+from netkit.nft.parse import ParseError, anonymous, shared
+from netkit.nft.rule import (
     AnonSet,
     Bitwise,
     Counter,
@@ -51,7 +51,7 @@ from netkit.rules.nftables.rule import (
     VerdictMap,
     read,
 )
-from netkit.rules.nftables.ruleset import Chain, Element, Hook, NamedSet, Ruleset
+from netkit.nft.ruleset import Chain, Element, Hook, NamedSet, Ruleset
 
 # nft's options for the listing this module reads: numeric chain priorities, times in seconds.
 LIST_OPTIONS = ("-y", "-T")
@@ -277,12 +277,13 @@ def _set(name: str, is_map: bool, lines: Iterator[str]) -> NamedSet:
     flags: tuple[str, ...] = ()
     numbers: dict[str, int] = {}
     elements: list[Element] | None = None
+    declared_as: str | None = None
     for line in lines:
         if line == "}":
             if key is None or is_map != (value is not None):
                 raise Unrecognised(f"set {name}: no type")
             return NamedSet(name, key, value, flags, numbers.get("timeout"), numbers.get("size"),
-                            frozenset(elements or ()))
+                            frozenset(elements or ()), declared_as)
         if elements is not None:  # nft lists every attribute before the elements
             raise Unrecognised(f"set {name}: {line!r} after its elements")
         if line.startswith("elements = {"):
@@ -293,7 +294,7 @@ def _set(name: str, is_map: bool, lines: Iterator[str]) -> NamedSet:
         elif line.startswith("type "):
             key, value = _type(name, line)
         elif (typeof := _TYPEOF.fullmatch(line)) is not None:
-            key, value = ("integer",), _TYPEOF_VALUE[typeof[1]]
+            key, value, declared_as = ("integer",), _TYPEOF_VALUE[typeof[1]], line.removeprefix("typeof ")
         elif line in _FLAGS:
             flags = _FLAGS[line]
         elif (number := _NUMBER.fullmatch(line)) is not None and (number[1] == "timeout") == bool(number[3]):

@@ -1,4 +1,4 @@
-"""Reading `nft -j list table` JSON (netkit.rules.nftables.parse) item by item, and the short ways for
+"""Reading `nft -j list table` JSON (netkit.nft.parse) item by item, and the short ways for
 the element shapes netkit's sets hold: each gives what the general reader gives. (Against the real
 kernel's dumps: tests/netns/test_nft_kernel.py.)"""
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from netkit.rules.nftables.parse import _any_element, element, items, parse
-from netkit.rules.nftables.ruleset import Element
+from netkit.nft.parse import _any_element, element, items, parse
+from netkit.nft.ruleset import Element
 
 DOC = {"nftables": [
     {"metainfo": {"version": "1.0.6", "json_schema_version": 1}},
