@@ -1,5 +1,5 @@
 """The IPVS Compiler remembers what it made; whatever the sequence of changes, its result equals a fresh
-compile, planning with its hint (`changed_since`) gives the plan a full comparison gives, and that
+compile, planning with its hint (the result's `since`) gives the plan a full comparison gives, and that
 plan, applied by the fake kernel, turns the previous ruleset into the new one."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from netkit.rules.ipvs.backend import BACKEND
 from netkit.rules.ipvs.compile import Compiler, compile
 from netkit.rules.ipvs.fake import FakeKernel
 from netkit.rules.ipvs.plan import plan
-from netkit.rules.ipvs.ruleset import Entries, Ruleset
+from netkit.rules.ipvs.ruleset import Changes, Entries, Ruleset
 from tests.unit.ipvs_states import NODE, sp, state
 
 CFG = Config(mode="ipvs", node_name="node-a", cluster_cidrs=parse_cidrs(["10.244.0.0/16"], "t"))
@@ -30,6 +30,13 @@ V4 = IPFamily.IPV4
 # mangle rules), affinity, UDP, and an external IP that two services share (one virtual server,
 # claimed twice).
 Spec = tuple[int, int]
+
+
+def changed_since(result: Ruleset, previous: Ruleset) -> Changes | None:
+    """What `result` says can differ from `previous` (the planner's hint), when it was compiled
+    right after it; else None."""
+    since = result.since
+    return since.changed if since is not None and since.applies_to(previous) else None
 
 
 def port(i: int, count: int, variant: int) -> ServicePortState:
@@ -88,7 +95,7 @@ def test_incremental_compile_and_plan_equal_the_full_ones(steps: list[list[Spec]
         committed = fake.dump()
         full = plan(committed, desired)
         if previous is not None:
-            hint = compiler.changed_since(previous)
+            hint = changed_since(desired, previous)
             if hint is not None:
                 assert plan(previous, desired, only=hint) == plan(previous, desired)
         fake.apply(full)
@@ -105,7 +112,7 @@ def test_one_endpoint_removed_touches_one_service_port() -> None:
     first = compiler.compile(state(*ports))
     smaller = port(7, 2, 1)
     second = compiler.compile(state(*ports[:7], smaller, *ports[8:]))
-    hint = compiler.changed_since(first)
+    hint = changed_since(second, first)
     assert hint is not None
     assert {str(k) for k in hint.services} == {"tcp 10.96.0.8:80", "tcp 192.0.2.10:30007"}
     assert hint.sets == {"KUBE-LOOP-BACK"} and not hint.addresses and not hint.chains
@@ -123,9 +130,9 @@ def test_one_endpoint_removed_touches_one_service_port() -> None:
 def test_a_hint_about_another_ruleset_is_refused() -> None:
     compiler = Compiler(CFG, V4)
     a = compiler.compile(state(port(0, 2, 0)))
-    compiler.compile(state(port(0, 3, 0)))
-    assert compiler.changed_since(a) is not None
-    assert compiler.changed_since(compile(state(port(0, 2, 0)), CFG, V4)) is None
+    b = compiler.compile(state(port(0, 3, 0)))
+    assert changed_since(b, a) is not None
+    assert changed_since(b, compile(state(port(0, 2, 0)), CFG, V4)) is None
 
 
 def test_the_result_carries_its_index_and_what_can_differ() -> None:
@@ -167,7 +174,7 @@ def test_a_told_change_is_followed_without_walking_every_port(monkeypatch: pytes
     now = compiler.compile(second)
     assert now == compile(second, CFG, V4) and walks == []
     assert now.addresses is was.addresses  # its cluster IP went and came back: no new set of addresses
-    assert compiler.changed_since(was) is not None and not compiler.changed_since(was).addresses  # type: ignore[union-attr]
+    assert changed_since(now, was) is not None and not changed_since(now, was).addresses  # type: ignore[union-attr]
     assert compiler.compile(third) == compile(third, CFG, V4) and walks == [1]
 
 

@@ -27,10 +27,10 @@ from dataclasses import replace
 from ipaddress import IPv4Network, IPv6Network
 from typing import NamedTuple
 
+from netkit.change import Since
 from netkit.config import Config
 from netkit.model import IPFamily, NodeInfo, NodeState, ServicePortState, Verdict
 from netkit.model.types import IPAddress, IPNetwork
-from netkit.rules.backend import Since
 from netkit.rules.iptables import names as n
 from netkit.rules.iptables.names import CT_STATE_INVALID_DROPPED, LOCALHOST_NODEPORTS_ACCEPTED
 from netkit.rules.iptables.ruleset import Ruleset, probability_of, quote_comment
@@ -224,42 +224,21 @@ class _Builder:
             filt[n.SERVICES].append(
                 f"-d {cip} -p {proto} -m comment --comment {int_comment} {dport} -j {int_verdict}")
 
-        for ip in p.external_ips:
-            if has_any:
-                nat[n.SERVICES].append(
-                    f"-d {host(ip)} -p {proto} -m comment --comment {quote_comment(name + ' external IP')} "
-                    f"{dport} -j {ext}")
-            if not has_external:
-                filt[n.EXTERNAL_SERVICES].append(
-                    f"-d {host(ip)} -p {proto} -m comment --comment {ext_comment} {dport} -j {ext_verdict}")
-
-        for ip in p.load_balancer_ips:
-            if has_any:
-                nat[n.SERVICES].append(
-                    f"-d {host(ip)} -p {proto} -m comment --comment {quote_comment(name + ' loadbalancer IP')} "
-                    f"{dport} -j {lb_target}")
-            if uses_fw:
-                filt[n.PROXY_FIREWALL].append(
-                    f"-d {host(ip)} -p {proto} -m comment --comment "
-                    f"{quote_comment(f'{name} traffic not accepted by {fw}')} {dport} -j DROP")
-        if not has_external:
-            for ip in p.load_balancer_ips:
-                filt[n.EXTERNAL_SERVICES].append(
-                    f"-d {host(ip)} -p {proto} -m comment --comment {ext_comment} {dport} -j {ext_verdict}")
-
+        # External IPs, then load-balancer IPs: the same three rules each, in this order in every chain.
+        for ips, what, target, firewall in ((p.external_ips, "external IP", ext, False),
+                                            (p.load_balancer_ips, "loadbalancer IP", lb_target, uses_fw)):
+            for ip in ips:
+                match = f"-d {host(ip)} -p {proto} -m comment --comment"
+                if has_any:
+                    nat[n.SERVICES].append(f"{match} {quote_comment(f'{name} {what}')} {dport} -j {target}")
+                if firewall:
+                    filt[n.PROXY_FIREWALL].append(
+                        f"{match} {quote_comment(f'{name} traffic not accepted by {fw}')} {dport} -j DROP")
+                if not has_external:
+                    filt[n.EXTERNAL_SERVICES].append(f"{match} {ext_comment} {dport} -j {ext_verdict}")
         if p.node_port:
-            if has_any:
-                if self.count_localhost:  # kube-proxy: counted, then the normal rule below takes the rest
-                    nat[n.NODEPORTS].append(
-                        f"-d 127.0.0.0/8 -p {proto} -m comment --comment {quote_comment(name)} -m {proto} "
-                        f"--dport {p.node_port} {nfacct_match(LOCALHOST_NODEPORTS_ACCEPTED)}-j {ext}")
-                nat[n.NODEPORTS].append(
-                    f"-p {proto} -m comment --comment {quote_comment(name)} -m {proto} --dport {p.node_port} "
-                    f"-j {ext}")
-            if not has_external:
-                filt[n.EXTERNAL_SERVICES].append(
-                    f"-p {proto} -m comment --comment {ext_comment} -m addrtype --dst-type LOCAL "
-                    f"-m {proto} --dport {p.node_port} -j {ext_verdict}")
+            self._node_port(p, name, ext if has_any else None, None if has_external else (ext_comment, ext_verdict),
+                            nat, filt)
 
         if p.health_check_node_port:
             filt[n.NODEPORTS].append(
@@ -281,6 +260,24 @@ class _Builder:
         chains.update(self._sep_chains(p, name, proto, eps.values()))
         return _Chunk({c: tuple(r) for c, r in nat.items() if r}, {c: tuple(r) for c, r in filt.items() if r},
                       {c: tuple(r) for c, r in chains.items()})
+
+    def _node_port(self, p: ServicePortState, name: str, ext: str | None, refuse: tuple[str, str] | None,
+                   nat: dict[str, list[str]], filt: dict[str, list[str]]) -> None:
+        """A NodePort's rules: to `ext` (None: no endpoints at all), and `refuse` (comment, verdict)
+        when external traffic has no endpoint to go to."""
+        proto = p.protocol.lower
+        if ext is not None:
+            if self.count_localhost:  # kube-proxy: counted, then the normal rule below takes the rest
+                nat[n.NODEPORTS].append(
+                    f"-d 127.0.0.0/8 -p {proto} -m comment --comment {quote_comment(name)} -m {proto} "
+                    f"--dport {p.node_port} {nfacct_match(LOCALHOST_NODEPORTS_ACCEPTED)}-j {ext}")
+            nat[n.NODEPORTS].append(
+                f"-p {proto} -m comment --comment {quote_comment(name)} -m {proto} --dport {p.node_port} -j {ext}")
+        if refuse is not None:
+            comment, verdict = refuse
+            filt[n.EXTERNAL_SERVICES].append(
+                f"-p {proto} -m comment --comment {comment} -m addrtype --dst-type LOCAL "
+                f"-m {proto} --dport {p.node_port} -j {verdict}")
 
     def add_shared(self, chunk: _Chunk) -> None:
         """Append a chunk's rules in the shared chains (its own chains are kept by the Compiler)."""

@@ -29,8 +29,9 @@ and mangle rules. `Compiler` keeps the Part of every ServicePortState it has see
 object's identity in the memo every backend shares (rules/memo.py), and the totals (reference
 counts of addresses and set entries, the virtual servers by key, their sorted order), so a sync
 after one EndpointSlice change compiles one service port and rebuilds only the sets it touched;
-`changed_since` then tells the planner which virtual servers, sets and chains can differ
-(`Changes`). `compile()` is a fresh Compiler's first compile:
+each result says which virtual servers, sets and chains can differ from the one before
+(`Ruleset.since`, a `Changes`), and the backend's plan compares only those. `compile()` is a
+fresh Compiler's first compile:
 the full and the incremental path are one code path.
 """
 
@@ -44,11 +45,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+from netkit.change import Since
 from netkit.config import Config
 from netkit.model import EndpointAddr, IPFamily, NodeState, Protocol, ServicePortState
 from netkit.model.state import PortChanges
 from netkit.model.types import IPAddress
-from netkit.change import Since
 from netkit.rules.iptables import ruleset as ipt
 from netkit.rules.ipvs import names as n
 from netkit.rules.ipvs.entries import SetEntry
@@ -150,15 +151,13 @@ class _Touched:
 
 class Compiler:
     """`compile` with a memory (see the module doc). Its results equal a fresh `compile`'s, and
-    planning with `changed_since` gives the plan a full comparison gives (property tests in
-    tests/unit/test_ipvs_incremental.py)."""
+    planning with what a result's `since` names gives the plan a full comparison gives (property
+    tests in tests/unit/test_ipvs_incremental.py)."""
 
     def __init__(self, config: Config, family: IPFamily) -> None:
         self.config, self.family = config, family
         self._fixed = _fixed_chains(config, family)
         self._reset(None)
-        self._before_last: Ruleset | None = None
-        self._changes: Changes | None = None
 
     def _reset(self, node_ips: tuple[IPAddress, ...] | None) -> None:
         self._node_ips = node_ips
@@ -189,13 +188,13 @@ class Compiler:
             self._sorted = sorted(self._services.values(), key=_sort_key)
         before = self._result
         result = self._build(t, fresh)
-        self._changes = None if fresh else Changes(
+        changes_ = None if fresh else Changes(
             frozenset(t.services), frozenset(n.set_name(b, self.family) for b in t.sets), t.addresses,
             frozenset({n.INTERNAL_MARK}) if t.mangle else frozenset(),
             {n.set_name(b, self.family): (frozenset(t.came[b]), frozenset(t.went[b])) for b in t.sets})
-        if self._changes is not None and before is not None:  # what the planner needs to know, on the result
-            result = with_index(replace(result, since=Since(weakref.ref(before), self._changes)), result.index)
-        self._before_last, self._result = before, result
+        if changes_ is not None and before is not None:  # what the planner needs to know, on the result
+            result = with_index(replace(result, since=Since(weakref.ref(before), changes_)), result.index)
+        self._result = result
         return result
 
     def _walk(self, ctx: Context, ports: Sequence[ServicePortState], t: _Touched) -> None:
@@ -232,11 +231,6 @@ class Compiler:
         for c in came_parts:
             self._add(id(c.port), c.port, c.part, t)
         return True
-
-    def changed_since(self, previous: Ruleset) -> Changes | None:
-        """What the last compile's result can differ in from `previous`, when `previous` is the
-        result of the compile before it; else None (unknown: compare everything)."""
-        return self._changes if previous is self._before_last and previous is not None else None
 
     # --- bookkeeping -------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@
 - Set entries and kube-ipvs0 addresses are diffed as sets. The iptables payload is planned by the
   iptables backend's planner: only chains whose rules differ are written, missing entry jumps
   inserted (and applied by the iptables kernel edge: backend choice, `--wait`, batching).
-- `only` (a compile.Changes from `Compiler.changed_since`) names what can differ; everything else
+- `only` (a ruleset.Changes, from a compiled Ruleset's `since`) names what can differ; everything else
   is not even compared, and the plan is the one a full comparison gives (a property test checks).
 """
 
