@@ -53,9 +53,9 @@ from compile import CONFIG, objects  # noqa: E402  (bench/compile.py: the same o
 from netkit.model import IPFamily, NodeState, Objects  # noqa: E402
 from netkit.model.state import StateBuilder  # noqa: E402
 from netkit.rules.iptables import backend as IPTABLES  # noqa: E402
+from netkit.rules.ipvs import backend as IPVS  # noqa: E402
 from netkit.rules.ipvs import compile as ipvs_compile  # noqa: E402
 from netkit.rules.ipvs import plan as ipvs_plan  # noqa: E402
-from netkit.rules.ipvs.backend import BACKEND as IPVS  # noqa: E402
 
 T = TypeVar("T")
 V4 = IPFamily.IPV4

@@ -28,10 +28,8 @@ from netkit.errors import NetkitError
 from netkit.model import IPFamily
 from netkit.netns import exists
 from netkit.rules import cleanup, summary
-from netkit.rules.backend import Backend, Kernel, P, R
+from netkit.rules.backend import ApplyInterrupted, Backend, Kernel, P, R
 from netkit.rules.cleanup import Survey
-from netkit.rules.iptables.kernel import ApplyInterrupted, IptablesKernel
-from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
 from netkit.rules.keep import keep_live, kept_ports
 from netkit.rules.registry import with_backend
 from netkit.rules.summary import ServiceChange, Totals
@@ -280,16 +278,14 @@ def _read_kernel(mode: str, family: IPFamily, kernel: Kernel[R, P],
     the compiled ruleset, returns the live rules and what other modes left (read-only).
 
     With iptables-legacy, the tables' text is read now and compared with what the compiled ruleset
-    would print once it exists (IptablesKernel.prefetch, dump_reusing): a kernel in sync is then
+    would print once it exists (Kernel.prefetch, dump_reusing): a kernel in sync is then
     not parsed, and the live ruleset shares the compiled one's rules. Otherwise the dump is read
     (and parsed) now."""
-    edge: Kernel[R, P] = kernel
-    if isinstance(kernel, IptablesKernel) and kernel.prefetch():
-        complete = cleanup.leftovers_then(mode, family, netns, kernel.resolved_backend)
+    if kernel.prefetch() and (flavour := kernel.iptables_flavour) is not None:
+        complete = cleanup.leftovers_then(mode, family, netns, flavour)
 
         def finish(compiled: R) -> tuple[R, list[Survey]]:
-            live = edge.dump_reusing(compiled)
-            assert isinstance(live, IptablesRuleset)  # what the iptables kernel edge reads
+            live = kernel.dump_reusing(compiled)
             return live, complete(live)
 
         return finish
@@ -301,8 +297,9 @@ def _read_kernel(mode: str, family: IPFamily, kernel: Kernel[R, P],
 def plan_summary(be: Backend[R, P], live: R, desired: R, names: Mapping[str, str] | None = None) -> list[ServiceChange]:
     """Per service port, what changes between the live and the desired ruleset (netkit.rules.summary);
     `names`: the model's addresses of each service port (summary.addresses)."""
-    before = summary.name_live(summary.facts(live, be.summarize(live), names), desired)
-    return summary.service_changes(before, summary.facts(desired, be.summarize(desired), names))
+    names = names or {}
+    before = summary.name_live(summary.facts(be.objects(live, names), be.summarize(live)), be.live_names(desired))
+    return summary.service_changes(before, summary.facts(be.objects(desired, names), be.summarize(desired)))
 
 
 def diff_json(be: Backend[R, P], report: Mapping[str, FamilyDiff[P]], stat: bool = False,
@@ -431,16 +428,13 @@ def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrup
         return _interrupted("nothing was written, the node is unchanged")
     for n, (family, kernel, p, surveys) in enumerate(work):
         rest = "".join(f"; {f.value}: not started" for f, *_ in work[n + 1:])
-        if isinstance(kernel, IptablesKernel):
-            kernel.stop = interrupted.is_set
-            kernel.progress = lambda state, f=family: progress.say(f"{f.value}: {state}")
         if p.empty:
             print(f"netkit: {family.value}: already in sync", file=sys.stderr)
         else:
             if p.stats().written >= LONG_APPLY:
                 print(f"netkit: {family.value}: writing ({p.stats()}) …", file=sys.stderr, flush=True)
             try:
-                kernel.apply(p)
+                kernel.apply(p, stop=interrupted.is_set, progress=partial(_say, progress, family))
             except ApplyInterrupted as exc:
                 return _interrupted(f"{family.value}: {exc.state}{rest}")
             print(f"netkit: {family.value}: applied ({p.stats()})", file=sys.stderr)
@@ -460,6 +454,10 @@ def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrup
         print("netkit: interrupted after everything was written: nothing is left to do", file=sys.stderr)
         return 130
     return 0
+
+
+def _say(progress: Progress, family: IPFamily, state: str) -> None:
+    progress.say(f"{family.value}: {state}")
 
 
 def _interrupted(state: str) -> int:
@@ -484,9 +482,8 @@ def deferred_sigint() -> Iterator[threading.Event]:
 
 def _leftovers(mode: str, backend: str | None, family: IPFamily, netns: str | None, live: object) -> list[Survey]:
     """What modes other than `mode` left in the kernel (netkit.rules.cleanup.leftovers); `backend`:
-    the iptables flavour the mode's kernel edge uses, if any."""
-    known = live if mode == "iptables" and isinstance(live, IptablesRuleset) else None
-    return cleanup.leftovers(mode, family, netns, backend=backend, known=known)
+    the iptables flavour the mode's kernel edge uses, if any; `live`: that edge's dump."""
+    return cleanup.leftovers(mode, family, netns, backend=backend, known=live)
 
 
 def leftover_lines(mode: str, surveys: list[Survey]) -> list[str]:

@@ -22,9 +22,6 @@ from netkit.model import IPFamily, NodeState, lookup
 from netkit.model.types import IPAddress
 from netkit.netns import exists, run
 from netkit.rules.backend import Backend, P, R
-from netkit.rules.iptables.names import is_owned
-from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
-from netkit.rules.ipvs.ruleset import Ruleset as IpvsRuleset
 from netkit.rules.registry import with_backend
 from netkit.rules.tracing import Outcome, Packet, endpoints
 
@@ -67,7 +64,7 @@ def run_trace(args: argparse.Namespace) -> int:
         if src is None:
             raise NetkitError("--from is needed: the node's own address is not known (give --node-ip or a Node object)")
         pkt = Packet(src, dst, dport, proto, local_addresses=local, in_iface=args.in_interface)
-        if args.netns and not _has_rules(ruleset):
+        if args.netns and not be.holds_rules(ruleset):
             raise NetkitError(f"no netkit {be.name} rules in {args.netns} ({family.value}): nothing to trace "
                               "(apply first, or trace the manifests with -f)")
         outcomes = be.trace(ruleset, pkt)
@@ -113,16 +110,6 @@ def parse_source(text: str, dst: IPAddress) -> IPAddress:
     if src.version != dst.version:
         raise NetkitError(f"--from {text} and --to {dst}: one is IPv4, the other IPv6; a packet has one family")
     return src
-
-
-def _has_rules(ruleset: object) -> bool:
-    """Whether a live dump holds anything netkit wrote (over a node without netkit's rules every
-    packet is "delivered as addressed", which says nothing)."""
-    if isinstance(ruleset, IpvsRuleset):
-        return bool(ruleset.services or ruleset.sets)
-    if isinstance(ruleset, IptablesRuleset):
-        return any(is_owned(chain) for chains in ruleset.tables.values() for chain in chains)
-    return ruleset is not None  # nftables: None is "no netkit table"
 
 
 def _rules_and_addresses(args: argparse.Namespace, family: IPFamily, be: Backend[R, P], inputs: Inputs | None,

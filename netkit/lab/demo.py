@@ -28,11 +28,13 @@ from dataclasses import dataclass
 from ipaddress import ip_address
 from pathlib import Path
 
+from netkit.config import Config
 from netkit.lab import Lab, Reply, running
 from netkit.model import IPFamily
 from netkit.model.types import IPAddress
-from netkit.rules.iptables.kernel import IptablesKernel
-from netkit.rules.iptables.trace import Outcome, Packet, trace
+from netkit.rules.backend import Backend, P, R
+from netkit.rules.registry import with_backend
+from netkit.rules.tracing import Outcome, Packet
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -110,9 +112,14 @@ def pod_name(lab: Lab, destination: str) -> str:
 
 
 def predict(lab: Lab, s: Scenario, local: tuple[IPAddress, ...]) -> list[Outcome]:
+    """What the trace of the rules the node holds says: through the backend interface, as `netkit trace`."""
     dst = ip_address(s.dst)
-    live = IptablesKernel(IPFamily.of(dst), lab.node_a.netns, BACKEND).dump()
-    return trace(live, Packet(source_of(lab, s), dst, s.port, s.proto, local_addresses=local))
+    packet = Packet(source_of(lab, s), dst, s.port, s.proto, local_addresses=local)
+
+    def traced(be: Backend[R, P]) -> list[Outcome]:
+        return be.trace(be.kernel(Config(iptables_backend=BACKEND), IPFamily.of(dst), lab.node_a.netns).dump(), packet)
+
+    return with_backend("iptables", traced)
 
 
 def report(lab: Lab, s: Scenario, local: tuple[IPAddress, ...]) -> bool:

@@ -13,7 +13,8 @@ the types of a compiled ruleset, its plan and its kernel then line up without a 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from netkit.change import PlanStats as PlanStats  # re-exported: every backend's Plan has stats()
@@ -28,6 +29,15 @@ JSONValue = None | bool | int | float | str | Sequence["JSONValue"] | Mapping[st
 
 class Unsupported(NetkitError):
     """A backend cannot do what was asked (e.g. trace IPVS before its tracer exists)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RuleCounts:
+    """kube-proxy's iptables rule gauges after one plan (kubeproxy_sync_proxy_rules_iptables_total and
+    _last): rules per table then, and rules the plan wrote per table."""
+
+    total: Mapping[str, int]
+    last: Mapping[str, int]
 
 
 class Plan(Protocol):
@@ -45,6 +55,14 @@ R_co = TypeVar("R_co", covariant=True)
 T_co = TypeVar("T_co", covariant=True)
 
 
+class ApplyInterrupted(Exception):  # noqa: N818 — what the caller asked for, not a failure
+    """`stop` said so between two steps of an apply; `state` says what the kernel holds for traffic."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state
+
+
 class Kernel(Protocol[R, P_contra]):
     """The IO edge of a backend: read what is programmed, write a plan, remove everything netkit wrote.
     Constructing one does no IO; every method may raise KernelError (payload + tool stderr)."""
@@ -55,10 +73,19 @@ class Kernel(Protocol[R, P_contra]):
         """`dump`, sharing with `committed` what is unchanged where the backend can (less memory on
         a periodic full sync of an unchanged kernel); otherwise the same as `dump`."""
 
-    def apply(self, plan: P_contra) -> None: ...
+    def apply(self, plan: P_contra, *, stop: Callable[[], bool] | None = None,
+              progress: Callable[[str], None] | None = None) -> None:
+        """Write `plan`. Where the backend writes in several steps, each one leaving a state a packet
+        may meet, it asks `stop` between them (raising ApplyInterrupted when it says so) and tells
+        `progress` what is written; a backend that writes in one step asks neither."""
 
     def cleanup(self) -> int | None:
         """Remove everything netkit wrote; returns how many objects went, when known."""
+
+    def prefetch(self) -> bool:
+        """Read now what the next `dump`/`dump_reusing` needs, where the backend can read it before
+        knowing what it will be compared with (iptables-legacy's tables: `netkit diff` reads them
+        while it decodes its input); False, reading nothing, where it cannot."""
 
     @property
     def iptables_flavour(self) -> str | None:
@@ -101,6 +128,28 @@ class Backend(Protocol[R, P]):
     def summarize(self, ruleset: R) -> Mapping[str, tuple[str, ...]]:
         """Service port ("ns/svc:port/proto") → endpoints ("IP:port") it DNATs to, read from a Ruleset
         (so a live dump can be summarised as well as a compiled one)."""
+
+    def objects(self, ruleset: R, names: Mapping[str, str]) -> dict[str, set[str]]:
+        """For the plan summary (netkit.rules.summary): each service port's own objects in `ruleset`,
+        one comparable line each (a rule, a set entry, a virtual server); `names` (summary.addresses)
+        names what the ruleset leaves unnamed."""
+
+    def live_names(self, desired: R) -> Mapping[str, tuple[str, bool]]:
+        """Where a dump keys a service port by something else than its name (an IPVS kernel keeps
+        no comments): that key → (the service port, whether it is its cluster IP's), read from
+        `desired`; empty when a dump names every service port."""
+
+    def keep(self, live: R, desired: R, services: Collection[str]) -> R:
+        """`desired` with the objects of `services` ("namespace/name", invalid input) taken from
+        `live` as they are, so a plan neither removes nor changes them (netkit.rules.keep)."""
+
+    def holds_rules(self, ruleset: R) -> bool:
+        """Whether a dump holds anything netkit wrote."""
+
+    def rule_counts(self, base: R, plan: P, desired: R, total: Mapping[str, int] | None) -> RuleCounts | None:
+        """The daemon's rule gauges after `plan` (made from `base` to `desired`, and applied): the
+        rules per table — `total`, the count before, changed by the plan, or counted in `desired`
+        when None — and the rules it wrote. None in a mode without such gauges."""
 
     def foreign(self, live: R, desired: R) -> list[str]:
         """For `diff`: what someone else put where netkit writes (its own tables or chains), which

@@ -179,11 +179,14 @@ def survey(modes: Sequence[str], family: IPFamily, netns: str | None, *, keep: S
 
 
 def leftovers(mode: str, family: IPFamily, netns: str | None, *, backend: str | None = None,
-              known: Ruleset | None = None) -> list[Survey]:
+              known: object = None) -> list[Survey]:
     """What the other modes left on a node now programmed in `mode` — kube-proxy removes them when
     it starts, so that two dataplanes never both see traffic. For the iptables mode in `backend`,
-    that includes every netkit chain in the other iptables backend; `known` is a dump of
-    `backend` taken before the apply (what other modes own in it, apply does not change)."""
+    that includes every netkit chain in the other iptables backend; `known` is the iptables mode's
+    dump of `backend` taken before the apply (what other modes own in it, apply does not change);
+    any other mode's dump is not used."""
+    if mode != "iptables" or not isinstance(known, Ruleset):
+        known = None
     others = tuple(m for m in MODES if m != mode)
     if mode == "nftables":  # and kube-proxy's own nftables table: a second dataplane too
         return [survey(MODES, family, netns, nft_tables=("kube-proxy",))]
@@ -196,7 +199,7 @@ def leftovers(mode: str, family: IPFamily, netns: str | None, *, backend: str | 
             survey(("iptables", "ipvs"), family, netns, iptables_backends=other, iptables_only=True)]
 
 
-def leftovers_then(mode: str, family: IPFamily, netns: str | None, backend: str) -> Callable[[Ruleset], list[Survey]]:
+def leftovers_then(mode: str, family: IPFamily, netns: str | None, backend: str) -> Callable[[object], list[Survey]]:
     """`leftovers(mode, family, netns, backend=backend, known=live)` in two steps, for an iptables
     mode whose own dump is not read yet: everything that runs a tool is surveyed now (a thread does
     it while `netkit diff` decodes its input), and the function returned completes the survey from
@@ -206,7 +209,9 @@ def leftovers_then(mode: str, family: IPFamily, netns: str | None, backend: str)
     first, *rest = leftovers(mode, family, netns, backend=backend, known=Ruleset(family))
     others = tuple(m for m in MODES if m != mode)
 
-    def complete(live: Ruleset) -> list[Survey]:
+    def complete(live: object) -> list[Survey]:
+        if not isinstance(live, Ruleset):
+            raise TypeError(f"leftovers_then: an iptables dump, not {type(live).__name__}")
         part, found = _iptables_part(_tool(family, backend), family, live, owner(others, keep=(mode,)),
                                      owner((mode,)), set(first.ipsets))
         return [replace(first, iptables=(part,), blockers=tuple(found)), *rest]

@@ -2,22 +2,15 @@
 
 `keep_live(backend, live, desired, services)` is `desired` with the parts of `services`
 ("namespace/name") taken from the live dump, so a plan made from it neither removes nor changes
-them. Each mode exposes `keep(live, desired, services)` in its package's `keep` module (iptables,
-nftables, ipvs); for a mode without one, a kept Service that has live rules is an error (nothing is
-changed), never a silent removal. `kept_ports` names the service ports concerned, for the report.
+them: the backend's `keep` member (each mode's `keep` module). `kept_ports` names the service
+ports concerned, for the report.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Collection, Mapping
-from typing import cast
 
-from netkit.errors import NetkitError
 from netkit.rules.backend import Backend, P, R
-
-_MODULES = {"iptables": "netkit.rules.iptables.keep", "nftables": "netkit.rules.nftables.keep",
-            "ipvs": "netkit.rules.ipvs.keep"}
 
 
 def kept_ports(summary: Mapping[str, tuple[str, ...]], services: Collection[str]) -> list[str]:
@@ -32,14 +25,4 @@ def service_of(port_key: str) -> str:
 
 
 def keep_live(be: Backend[R, P], live: R, desired: R, services: Collection[str]) -> R:
-    if not services:
-        return desired
-    module = _MODULES.get(be.name)
-    if module is None:
-        held = kept_ports(be.summarize(live), services) if live is not None else []
-        if held:
-            raise NetkitError(f"invalid input for {', '.join(sorted(services))}, which has live {be.name} "
-                              f"rules ({', '.join(held)}): keeping them as they are is not supported in "
-                              f"{be.name} mode yet, so nothing was changed; fix the input")
-        return desired
-    return cast(R, importlib.import_module(module).keep(live, desired, services))
+    return be.keep(live, desired, services) if services else desired

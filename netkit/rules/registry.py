@@ -1,6 +1,6 @@
-"""Mode name → backend: the iptables and nftables backend modules themselves, the IPVS module's
-`BACKEND`; each satisfies `netkit.rules.backend.Backend[R, P]` for its own Ruleset and Plan types
-(mypy checks it here; tests/unit/test_backend_conformance.py runs every member).
+"""Mode name → backend: each mode's backend module itself; each satisfies
+`netkit.rules.backend.Backend[R, P]` for its own Ruleset and Plan types (mypy checks
+it here; tests/unit/test_backend_conformance.py runs every member).
 
 `with_backend(mode, fn)` calls `fn` with the concrete backend, so `fn` — generic in R and P — sees
 the types line up. Backend modules are imported on first use only (IPVS pulls in pyroute2)."""
@@ -27,7 +27,7 @@ def with_backend(mode: str, user: BackendUser[T]) -> T:
 
         return user(nftables)
     if mode == "ipvs":
-        from netkit.rules.ipvs.backend import BACKEND as ipvs
+        from netkit.rules.ipvs import backend as ipvs
 
         return user(ipvs)
     raise NetkitError(f"--mode {mode!r}: not one of {', '.join(MODES)}")

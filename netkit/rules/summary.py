@@ -22,15 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from netkit.model import IPFamily, NodeState, Protocol
-from netkit.nft.ruleset import Ruleset as NftRuleset
-from netkit.rules.iptables import names as ipt_names
-from netkit.rules.iptables import rule as ipt_rule
-from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
-from netkit.rules.ipvs import names as ipvs_names
-from netkit.rules.ipvs import ruleset as ipvs_rs
-from netkit.rules.ipvs.entries import SetEntry
-from netkit.rules.nftables import names as nft_names
+from netkit.model import IPFamily, NodeState
 
 ASPECTS = ("endpoints", "verdict", "policy", "masquerade", "firewall", "affinity", "rules")
 
@@ -229,168 +221,10 @@ def addresses(state: NodeState, family: IPFamily) -> dict[str, str]:
     return out
 
 
-def facts(ruleset: object, endpoints: Mapping[str, tuple[str, ...]],
-          names: Mapping[str, str] | None = None) -> dict[str, Facts]:
-    """Service port key → its Facts in `ruleset` (any mode's), with `endpoints` from the backend's
-    `summarize` of the same ruleset; `names` (see `addresses`) names what the ruleset leaves unnamed."""
-    if isinstance(ruleset, IptablesRuleset):
-        objects = iptables_objects(ruleset)
-    elif isinstance(ruleset, NftRuleset) or ruleset is None:
-        objects = nftables_objects(ruleset, names or {})
-    elif isinstance(ruleset, ipvs_rs.Ruleset):
-        objects = ipvs_objects(ruleset)
-    else:
-        objects = {}
+def facts(objects: Mapping[str, Iterable[str]], endpoints: Mapping[str, tuple[str, ...]]) -> dict[str, Facts]:
+    """Service port key → its Facts: its `endpoints` (the backend's `summarize`) and its own
+    `objects` (the backend's `objects`), both read from the same ruleset."""
     return {k: Facts(endpoints.get(k, ()), frozenset(objects.get(k, ()))) for k in set(endpoints) | set(objects)}
-
-
-def iptables_objects(ruleset: IptablesRuleset) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    for table in ("nat", "filter"):
-        chains = ruleset.chains(table)
-        for chain, rules in chains.items():
-            if chain.startswith(ipt_names.SERVICE_CHAIN_PREFIXES):
-                continue
-            for text in rules:
-                name = _service_port(ipt_rule.read(text))
-                if name is None:
-                    continue
-                own = out.setdefault(name, set())
-                own.add(f"{table} {chain} {text}")
-                _reach(chains, ipt_rule.target_of(text), table, own)
-    return out
-
-
-def _service_port(rule: ipt_rule.Rule) -> str | None:
-    """"ns/svc:port/proto" of a rule in a shared chain that names its service port first in a comment
-    with more words ("… cluster IP", "… has no endpoints"), right after `-p`."""
-    name, space, _ = (rule.comment or "").partition(" ")
-    if not space or "/" not in name or rule.protocol is None or rule.first_module != "comment":
-        return None
-    return f"{name}/{rule.protocol}"
-
-
-def _reach(chains: Mapping[str, tuple[str, ...]], start: str | None, table: str, own: set[str]) -> None:
-    todo = [start] if start and start.startswith(ipt_names.SERVICE_CHAIN_PREFIXES) else []
-    seen: set[str] = set()
-    while todo:
-        chain = todo.pop()
-        if chain in seen:
-            continue
-        seen.add(chain)
-        for rule in chains.get(chain, ()):
-            # chain names carry a hash of the service port: compare what the rules do
-            own.add(f"{table} {chain.split('-', 2)[1]} {_unhash(rule)}")
-            target = ipt_rule.target_of(rule)
-            if target and target.startswith(ipt_names.SERVICE_CHAIN_PREFIXES):
-                todo.append(target)
-
-
-def _unhash(rule: str) -> str:
-    return re.sub(r"(KUBE-(?:SVC|SVL|EXT|FW|SEP|XLB))-[A-Z0-9]{16}", r"\1", rule)
-
-
-def nftables_objects(ruleset: NftRuleset | None, names: Mapping[str, str]) -> dict[str, set[str]]:
-    out: dict[str, set[str]] = {}
-    if ruleset is None:
-        return out
-    for chain in ruleset.chains:
-        split = nft_names.split(chain.name)
-        if split:
-            out.setdefault(split[1], set()).update(f"{split[0]}: {rule}" for rule in chain.rules)
-            out[split[1]].add(f"{split[0]}-")
-    by_element_key: dict[str, str] = dict(names)
-    for s in ruleset.sets:
-        split = nft_names.split(s.name)
-        if split:
-            out.setdefault(split[1], set()).add(f"{split[0]}- timeout {s.timeout}")
-            continue
-        for e in s.elements:
-            target = e.target
-            owner = nft_names.split(target) if target else None
-            if owner:
-                out.setdefault(owner[1], set()).add(f"{s.name} {e.key} : {e.value.split()[0] if e.value else ''} "
-                                                    f"{owner[0]}-")
-                by_element_key.setdefault(e.key, owner[1])
-    for s in ruleset.sets:
-        if nft_names.split(s.name):
-            continue
-        for e in s.elements:
-            if e.key in by_element_key and not (e.target and nft_names.split(e.target)):
-                out.setdefault(by_element_key[e.key], set()).add(f"{s.name} {e.text()}")
-    return out
-
-
-def ipvs_objects(ruleset: ipvs_rs.Ruleset) -> dict[str, set[str]]:
-    """Each service port's virtual servers and real servers, and the ipset entries that name them
-    (what IPVS mode writes per Service besides the virtual servers), labelled with the aspect the
-    set stands for: masquerade, policy (the *-LOCAL sets and the eTP=Local fwmark virtual server),
-    firewall (source ranges), the no-endpoints reject; a real server's hairpin entry goes with it."""
-    out: dict[str, set[str]] = {}
-    sets = _ipvs_sets(ruleset)
-    for vs in ruleset.services:
-        key = f"{vs.port_name}/{vs.protocol.lower}" if vs.comment else str(vs.key)
-        own = out.setdefault(key, set())
-        policy = " (external traffic policy Local, in-cluster)" if vs.fwmark else ""
-        own.add(f"virtual {vs.address()} scheduler {vs.scheduler}{policy}")
-        if vs.persistent:
-            own.add(f"virtual {vs.address()} persistent {vs.persistent}")
-        own.update(f"real {vs.address()} {ipvs_rs.hostport(r.ip, r.port)} {r.weight}" for r in vs.reals)
-        own.update(_ipvs_entries(vs, ruleset, sets))
-    return out
-
-
-# ipset base name → what its entries are for, in the words of the aspects (see _CLASSES)
-_IPVS_SET_ASPECT = {
-    ipvs_names.CLUSTER_IP: "masquerade", ipvs_names.EXTERNAL_IP: "masquerade", ipvs_names.LOAD_BALANCER: "masquerade",
-    ipvs_names.EXTERNAL_IP_LOCAL: "local endpoints", ipvs_names.LOAD_BALANCER_LOCAL: "local endpoints",
-    ipvs_names.LOAD_BALANCER_FW: "firewall", ipvs_names.LOAD_BALANCER_SOURCE_CIDR: "firewall",
-    ipvs_names.HEALTH_CHECK_NODE_PORT: "local endpoints",
-    **{ipvs_names.NODE_PORT.format(proto=p.value): "masquerade" for p in Protocol},
-    **{ipvs_names.NODE_PORT_LOCAL.format(proto=p.value): "local endpoints" for p in Protocol},
-}
-
-
-_IPVSSet = tuple[str, str, frozenset[SetEntry], dict[tuple[object, object, object], list[SetEntry]]]
-
-
-def _ipvs_sets(ruleset: ipvs_rs.Ruleset) -> list[_IPVSSet]:
-    """(set name, aspect, typed entries, entries by their (ip, protocol, port) head for hash:…,net sets)."""
-    out = []
-    for s in ruleset.sets:
-        base = next((b for b in (*_IPVS_SET_ASPECT, ipvs_names.NO_ENDPOINTS)
-                     if ipvs_names.set_name(b, ruleset.family) == s.name), None)
-        if base is None:
-            continue
-        heads: dict[tuple[object, object, object], list[SetEntry]] = {}
-        if s.type.endswith(",net"):
-            for e in s.typed():
-                heads.setdefault(e.ip_port, []).append(e)
-        out.append((s.name, _IPVS_SET_ASPECT.get(base, "reject"), s.typed(), heads))
-    return out
-
-
-def _ipvs_entries(vs: ipvs_rs.VirtualServer, ruleset: ipvs_rs.Ruleset, sets: list[_IPVSSet]) -> set[str]:
-    if vs.ip is None:
-        return set()
-    ipport = SetEntry(vs.ip, vs.protocol, vs.port)
-    node_port = vs.ip not in ruleset.addresses  # a NodePort's virtual server is on a node address
-    found: set[str] = set()
-    for name, aspect, entries, heads in sets:
-        if aspect == "reject":  # KUBE-NO-ENDPOINTS: the whole Service rejects only when its cluster IP does
-            if ipport in entries:
-                found.add(f"set {name} {ipport}: reject" if not node_port and vs.role in (
-                    "cluster IP", "") else f"set {name} {ipport} rejected")
-            continue
-        hits = heads.get(ipport.ip_port, []) if heads else [
-            e for e in (SetEntry(port=vs.port) if node_port else ipport,) if e in entries]
-        found.update(f"set {name} {e} ({aspect})" for e in hits)
-    loop = ipvs_names.set_name(ipvs_names.LOOP_BACK, ruleset.family)
-    hairpin = next((s.typed() for s in ruleset.sets if s.name == loop), frozenset())
-    for r in vs.reals:
-        if SetEntry(r.ip, vs.protocol, r.port, ip2=r.ip) in hairpin:  # its hairpin masquerade goes with it
-            found.add(f"real {vs.address()} {ipvs_rs.hostport(r.ip, r.port)} hairpin")
-    return found
 
 
 def _count(endpoints: tuple[str, ...]) -> str:
@@ -404,16 +238,12 @@ def _flags(aspects: tuple[str, ...]) -> str:
     return f" ({', '.join(extra)})" if extra else ""
 
 
-def name_live(live: Mapping[str, Facts], desired: object) -> dict[str, Facts]:
-    """An IPVS dump names no service (the kernel keeps no comments): key its virtual servers by the
-    service port of the desired virtual server with the same address, so both sides line up.
-    Other modes' keys are returned as they are."""
-    if not isinstance(desired, ipvs_rs.Ruleset):
+def name_live(live: Mapping[str, Facts], names: Mapping[str, tuple[str, bool]]) -> dict[str, Facts]:
+    """`live` keyed by service port: `names` (the backend's `live_names` of the desired ruleset) maps
+    a key a dump uses for want of a name to (service port key, whether it is the cluster IP's), so
+    both sides line up; keys not in it stay as they are."""
+    if not names:
         return dict(live)
-    names: dict[str, tuple[str, bool]] = {}
-    for vs in desired.services:
-        if vs.comment:
-            names[str(vs.key)] = (f"{vs.port_name}/{vs.protocol.lower}", vs.role == "cluster IP")
     out: dict[str, Facts] = {}
     for key, f in live.items():
         name, cluster = names.get(key, (key, True))

@@ -26,9 +26,10 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -41,9 +42,7 @@ from netkit.model import IPFamily, NodeState
 from netkit.model.conntrack import to_check
 from netkit.model.state import StateBuilder
 from netkit.model.types import LAST_CHANGE_TRIGGER_TIME, EndpointSlice, Node
-from netkit.rules.backend import Backend, P, R
-from netkit.rules.iptables.plan import Plan as IptablesPlan
-from netkit.rules.iptables.ruleset import Ruleset as IptablesRuleset
+from netkit.rules.backend import Backend, P, R, RuleCounts
 from netkit.rules.registry import with_backend
 from netkit.runtime.conntrack import CleanupWorker, ConntrackCleaner, Reconciled
 from netkit.runtime.health import (
@@ -56,7 +55,7 @@ from netkit.runtime.health import (
     service_health,
     service_health_since,
 )
-from netkit.runtime.metrics import Metrics, count_rules, plan_rules
+from netkit.runtime.metrics import Metrics
 from netkit.runtime.runner import Runner
 from netkit.runtime.syncer import SyncEngine, Syncer, SyncResult
 from netkit.sources.store import Change, Source, Store
@@ -72,6 +71,9 @@ if TYPE_CHECKING:  # imported where used: the Kubernetes client and the DNS serv
 DNS_PODS = "disabled"
 
 log = logging.getLogger("netkit.daemon")
+
+# the rule gauges after one plan, given the totals before it (None: count them in full)
+RuleCounter = Callable[[Mapping[str, int] | None], RuleCounts | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +128,19 @@ class Daemon:
         self.metrics.nfacct(cfg.nfacct_counters, lambda counter: nfacct.read(counter, options.netns))
         self.health = ProxyHealth(2 * cfg.sync_period, options.families, counts=self.metrics.count_probe)
 
-        self._plans: list[tuple[object, object]] = []  # the (base, plan) pairs of the last sync
+        self._plans: list[tuple[IPFamily, RuleCounter]] = []  # the plans of the last sync, ready to count
+
+        def record(family: IPFamily, base: R, desired: R, plan: P) -> None:
+            """The syncer's on_plan (called on its thread): what each sync planned, read by _observe_rules."""
+            self._plans.append((family, partial(backend.rule_counts, base, plan, desired)))
 
         def make_syncer(config: Config) -> SyncEngine:  # again once the Node's podCIDRs are known
-            return Syncer(config, backend, self.options.families, netns=self.options.netns, on_plan=self._record)
+            return Syncer(config, backend, self.options.families, netns=self.options.netns, on_plan=record)
 
         self._make_syncer = make_syncer
+        # which iptables the mode's kernel edge writes with (auto: detected when asked), for the leftovers
+        self._iptables_flavour: Callable[[IPFamily], str | None] = \
+            lambda family: backend.kernel(cfg, family, options.netns).iptables_flavour
         self.syncer = make_syncer(cfg)
         self.conntrack = CleanupWorker(ConntrackCleaner(options.netns), self._cleaned) if options.conntrack else None
         self.runner = Runner(self._sync, min_interval=cfg.min_sync_period, max_interval=cfg.sync_period)
@@ -455,22 +464,12 @@ class Daemon:
     def _observe_rules(self, result: SyncResult, state: NodeState) -> None:
         self.metrics.no_local_endpoints(state)
         plans, self._plans = self._plans, []
-        for base, plan in plans:
-            if not isinstance(plan, IptablesPlan) or not isinstance(base, IptablesRuleset):
+        for f, count in plans:  # a full count on full syncs, else by the plan
+            counts = count(None if result.full or f not in self._rule_totals else self._rule_totals[f])
+            if counts is None:
                 continue  # the iptables rule gauges exist in iptables mode only
-            f = plan.family
-            if result.full or f not in self._rule_totals:  # a full count on full syncs, else by the plan
-                committed = self.syncer.committed.get(f)
-                total = count_rules(committed if isinstance(committed, IptablesRuleset) else None)
-                last = plan_rules(plan, base, {})[1]
-            else:
-                total, last = plan_rules(plan, base, self._rule_totals[f])
-            self._rule_totals[f] = total
-            self.metrics.iptables_rules(f, total, last)
-
-    def _record(self, base: object, plan: object) -> None:
-        """The syncer's on_plan (called on its thread): what each sync planned, read by _observe_rules."""
-        self._plans.append((base, plan))
+            self._rule_totals[f] = dict(counts.total)
+            self.metrics.iptables_rules(f, counts.total, counts.last)
 
     def _cleaned(self, result: Reconciled) -> None:
         """The conntrack worker's report (called on its thread)."""
@@ -501,13 +500,11 @@ class Daemon:
         that two dataplanes never both see traffic. A foreign reference to them keeps them (warned)."""
         from netkit.errors import NetkitError
         from netkit.rules import cleanup
-        from netkit.rules.iptables.kernel import IptablesKernel
         cfg, netns = self.options.config, self.options.netns
         for family in self.options.families:
             try:
                 # the backend the iptables mode now uses (auto: detected from the canary just written)
-                backend = IptablesKernel(family, netns, cfg.iptables_backend).resolved_backend \
-                    if cfg.mode == "iptables" else None
+                backend = self._iptables_flavour(family) if cfg.mode == "iptables" else None
                 surveys = cleanup.leftovers(cfg.mode, family, netns, backend=backend)
                 if any(not s.empty for s in surveys):
                     cleanup.execute(surveys)

@@ -29,8 +29,6 @@ from prometheus_client.registry import Collector
 
 from netkit.model import IPFamily, NodeState, ServicePortState
 from netkit.rules.iptables.names import CT_STATE_INVALID_DROPPED, LOCALHOST_NODEPORTS_ACCEPTED
-from netkit.rules.iptables.plan import Plan
-from netkit.rules.iptables.ruleset import Ruleset
 from netkit.runtime.conntrack import VersionPass
 
 
@@ -266,25 +264,3 @@ def _count_no_local(ports: Iterable[ServicePortState], start: Mapping[IPFamily, 
         if p.external_policy_local and p.externally_accessible:
             c[1] += sign
     return {f: (c[0], c[1]) for f, c in counts.items()}
-
-
-def count_rules(ruleset: Ruleset | None) -> dict[str, int]:
-    """Rules per table of an iptables Ruleset (a full count: done on full syncs)."""
-    return {table: sum(len(rules) for rules in chains.values())
-            for table, chains in (ruleset.tables if ruleset is not None else {}).items()}
-
-
-def plan_rules(plan: Plan, before: Ruleset, total: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-    """(rules per table after a partial sync, rules written by it) from its iptables Plan and the
-    ruleset it was planned against: only the chains the plan touches are looked at."""
-    old_tables = before.tables
-    new_total = dict(total)
-    last: dict[str, int] = {}
-    for table, chains in plan.write.items():
-        old = old_tables.get(table, {})
-        last[table] = sum(len(rules) for rules in chains.values())
-        new_total[table] = new_total.get(table, 0) + last[table] - sum(len(old.get(c, ())) for c in chains)
-    for table, names in plan.delete.items():
-        old = old_tables.get(table, {})
-        new_total[table] = new_total.get(table, 0) - sum(len(old.get(c, ())) for c in names)
-    return new_total, last

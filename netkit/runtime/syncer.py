@@ -57,10 +57,10 @@ class SyncEngine(Protocol):
 
 class Syncer(Generic[R, P]):
     def __init__(self, config: Config, backend: Backend[R, P], families: Sequence[IPFamily], *,
-                 netns: str | None = None, on_plan: Callable[[R, P], None] | None = None) -> None:
+                 netns: str | None = None, on_plan: Callable[[IPFamily, R, R, P], None] | None = None) -> None:
         self.config = config
         self.backend = backend
-        self.on_plan = on_plan  # told every (base, plan) a sync makes (the daemon's iptables rule metrics)
+        self.on_plan = on_plan  # told every (family, base, desired, plan) a sync makes (the daemon's rule metrics)
         self.families = tuple(families)
         self.kernels: dict[IPFamily, Kernel[R, P]] = {f: backend.kernel(config, f, netns) for f in self.families}
         # Each remembers unchanged service ports between syncs, and tells the planner what can differ.
@@ -90,7 +90,7 @@ class Syncer(Generic[R, P]):
             base = self.committed[family]  # the planner compares only what the compiler says can differ
         plan = self.backend.plan(base, desired)
         if self.on_plan is not None:
-            self.on_plan(base, plan)
+            self.on_plan(family, base, desired, plan)
         if plan.empty:
             self.committed[family] = desired
             return 0

@@ -4,6 +4,7 @@ daemon, `compile`, `diff`, `apply` and `trace` rely on holds for iptables, nftab
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from ipaddress import ip_address
@@ -13,6 +14,7 @@ import pytest
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState, build
+from netkit.rules import summary
 from netkit.rules.backend import PlanStats
 from netkit.rules.iptables.fake import FakeKernel as IptablesFake
 from netkit.rules.ipvs.fake import FakeKernel as IPVSFake
@@ -54,10 +56,13 @@ def test_every_member(mode: str, family: IPFamily) -> None:
 
     kernel = FAKES[mode](family)
     live = kernel.dump()
+    assert not be.holds_rules(live)
     first = be.plan(live, desired)
     assert not first.empty and isinstance(first.stats(), PlanStats) and first.stats().written > 0
     assert be.render_plan(first).strip() and be.describe_plan(first).strip()
-    kernel.apply(first)
+    told: list[str] = []
+    kernel.apply(first, stop=lambda: False, progress=told.append)
+    assert be.holds_rules(kernel.dump())
     again = be.plan(kernel.dump_reusing(kernel.dump()), desired)
     assert again.empty and again.stats().written == again.stats().deleted == 0
     assert be.foreign(kernel.dump(), desired) == []  # in sync: nothing of anyone else's to report
@@ -68,10 +73,28 @@ def test_every_member(mode: str, family: IPFamily) -> None:
     assert summary[served], "the example service has endpoints"
     assert summary == backend("iptables").summarize(backend("iptables").compile(state(), CONFIG, family)), \
         "every backend sends each service port to the same endpoints"
+    members_for_summaries_and_kept_input(be, family, kernel.dump(), desired, served)
     kernel.cleanup()
     assert not be.plan(kernel.dump(), desired).empty, "cleanup removed what apply wrote"
+    assert not be.holds_rules(kernel.dump())
     real = be.kernel(CONFIG, family, None)  # constructing a kernel does no IO
     assert callable(real.dump) and callable(real.dump_reusing) and callable(real.apply) and callable(real.cleanup)
+    assert {"stop", "progress"} <= inspect.signature(real.apply).parameters.keys()
+
+
+def members_for_summaries_and_kept_input(be: Any, family: IPFamily, live: Any, desired: Any, served: str) -> None:
+    """objects, live_names and keep, on a live dump that holds `desired`."""
+    names = summary.addresses(state(), family)
+    own = be.objects(desired, names)
+    assert own[served] and all(isinstance(line, str) for lines in own.values() for line in lines)
+    by_name = summary.name_live(summary.facts(be.objects(live, names), be.summarize(live)), be.live_names(desired))
+    assert by_name == summary.facts(own, be.summarize(desired)), "a dump in sync summarises as the compile"
+    service = served.partition(":")[0]
+    without = be.compile(state("10-web" if service == "default/web" else "80-dual"), CONFIG, family)
+    assert served not in be.summarize(without)
+    kept = be.keep(live, without, [service])
+    assert be.summarize(kept)[served] == be.summarize(desired)[served], "its live rules are kept"
+    assert be.plan(live, kept).stats().deleted < be.plan(live, without).stats().deleted
 
 
 @pytest.mark.parametrize("mode", MODES)

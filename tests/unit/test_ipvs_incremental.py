@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from netkit.config import Config, parse_cidrs
 from netkit.model import IPFamily, NodeState, Protocol, ServicePortState
 from netkit.model.state import PortChanges
-from netkit.rules.ipvs.backend import BACKEND
+from netkit.rules.ipvs import backend as BACKEND
 from netkit.rules.ipvs.compile import Compiler, compile
 from netkit.rules.ipvs.fake import FakeKernel
 from netkit.rules.ipvs.plan import plan

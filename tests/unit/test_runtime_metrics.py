@@ -9,14 +9,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from netkit.model import IPFamily, build
 from netkit.rules.iptables.names import NFACCT_COUNTERS
+from netkit.rules.iptables.plan import count_rules, plan_rules
 from netkit.runtime.conntrack import VersionPass
 from netkit.runtime.metrics import (
     KUBE_PROXY_METRICS,
     PROGRAMMING_BUCKETS,
     Metrics,
-    count_rules,
     no_local_endpoints,
-    plan_rules,
 )
 from tests.factories import endpoint, node, objects, service, slice_
 

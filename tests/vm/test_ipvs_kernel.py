@@ -282,7 +282,7 @@ def test_the_iptables_backend_choice_is_honoured(served: Lab) -> None:
 def test_daemon_syncs_follow_one_change_at_a_time(served: Lab) -> None:
     """The daemon's path: a full sync, then incremental ones (the remembering compiler's hint, the
     in-memory committed state), each leaving the kernel exactly as a fresh dump-and-plan wants it."""
-    from netkit.rules.ipvs.backend import BACKEND
+    from netkit.rules.ipvs import backend as BACKEND
     from netkit.runtime.syncer import Syncer
 
     syncer = Syncer(CONFIG, BACKEND, [V4], netns=served.node)

@@ -4,23 +4,25 @@ netkit.rules.registry hands it on)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
-from netkit.rules.backend import JSONValue
+from netkit.rules.backend import JSONValue, RuleCounts
 from netkit.rules.iptables import compile as _compile
+from netkit.rules.iptables import keep as _keep
 from netkit.rules.iptables import plan as _plan
 from netkit.rules.iptables import ruleset as _ruleset
 from netkit.rules.iptables import summary as _summary
 from netkit.rules.iptables import trace as _trace
 from netkit.rules.iptables.kernel import IptablesKernel
+from netkit.rules.iptables.names import is_owned
 from netkit.rules.tracing import Outcome, Packet
 
 name = "iptables"
 
-__all__ = ["compile", "compiler", "describe_plan", "foreign", "kernel", "name", "plan",
-           "render", "render_plan", "summarize", "to_json", "trace"]
+__all__ = ["compile", "compiler", "describe_plan", "foreign", "holds_rules", "keep", "kernel", "live_names",
+           "name", "objects", "plan", "render", "render_plan", "rule_counts", "summarize", "to_json", "trace"]
 
 Ruleset = _ruleset.Ruleset
 Plan = _plan.Plan
@@ -72,6 +74,33 @@ def describe_plan(p: Plan) -> str:
 
 def summarize(ruleset: Ruleset) -> Mapping[str, tuple[str, ...]]:
     return _summary.summarize(ruleset)
+
+
+def objects(ruleset: Ruleset, names: Mapping[str, str]) -> dict[str, set[str]]:
+    return _summary.objects(ruleset)
+
+
+def live_names(desired: Ruleset) -> Mapping[str, tuple[str, bool]]:
+    """Nothing: a dump names every service port in its rules' comments."""
+    return {}
+
+
+def keep(live: Ruleset, desired: Ruleset, services: Collection[str]) -> Ruleset:
+    return _keep.keep(live, desired, services)
+
+
+def holds_rules(ruleset: Ruleset) -> bool:
+    """A chain of netkit's in any table."""
+    return any(is_owned(chain) for chains in ruleset.tables.values() for chain in chains)
+
+
+def rule_counts(base: Ruleset, p: Plan, desired: Ruleset, total: Mapping[str, int] | None) -> RuleCounts:
+    """A full count of `desired` when no total is known (the first and every full sync), else the
+    total moved by the chains the plan writes and deletes."""
+    if total is None:
+        return RuleCounts(_plan.count_rules(desired), _plan.plan_rules(p, base, {})[1])
+    now, last = _plan.plan_rules(p, base, total)
+    return RuleCounts(now, last)
 
 
 def foreign(live: Ruleset, desired: Ruleset) -> list[str]:

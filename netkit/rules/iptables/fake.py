@@ -7,6 +7,7 @@ leaves the previous rules untouched. `tests/netns` checks it against the real ke
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from netkit.errors import KernelError
@@ -37,7 +38,12 @@ class FakeKernel:
     def dump_reusing(self, committed: Ruleset) -> Ruleset:
         return self.dump()
 
-    def apply(self, plan: Plan) -> None:
+    def prefetch(self) -> bool:
+        """Nothing to read before the dump itself."""
+        return False
+
+    def apply(self, plan: Plan, *, stop: Callable[[], bool] | None = None,
+              progress: Callable[[str], None] | None = None) -> None:
         payload = render_plan(plan)
         after = apply_to(self.state, plan)
         problem = "injected refusal" if self.refuse_next else _check(after)

@@ -34,13 +34,14 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import filterfalse
 from typing import IO
 
 from netkit.errors import KernelError
 from netkit.model import IPFamily
 from netkit.netns import run, wrap
+from netkit.rules.backend import ApplyInterrupted
 from netkit.rules.iptables.commits import commits
 from netkit.rules.iptables.names import OWNED, is_owned
 from netkit.rules.iptables.plan import Plan, batches, render_plan, render_plan_lines
@@ -62,22 +63,12 @@ PIPE_BYTES = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size
 _HINT_CHAINS = ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY", "KUBE-PROXY-CANARY")
 
 
-class ApplyInterrupted(Exception):
-    """`stop` said so between two commits; `state` says what the kernel holds for traffic."""
-
-    def __init__(self, state: str) -> None:
-        super().__init__(state)
-        self.state = state
-
-
 @dataclass
 class IptablesKernel:
     family: IPFamily
     netns: str | None = None
     backend: str = "auto"
     wait_seconds: int = 5  # xtables lock wait, as kube-proxy
-    stop: Callable[[], bool] | None = None  # asked between commits (see the module docstring)
-    progress: Callable[[str], None] | None = None  # told what is written at each point `stop` is asked
     # Per table, the chains not netkit's (built-in ones included) as last read, with the entry jumps
     # inserted since: with the committed ruleset, what the kernel should hold (dump_reusing).
     _seen: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict, init=False, repr=False)
@@ -200,23 +191,27 @@ class IptablesKernel:
         if proc.wait() != 0 and "does not exist" not in err:
             raise KernelError(f"{self.tool('save')}{f' -t {table}' if table else ''} failed", stderr=err)
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: Plan, *, stop: Callable[[], bool] | None = None,
+              progress: Callable[[str], None] | None = None) -> None:
+        """`stop` is asked between commits (see the module docstring); `progress` is told what is
+        written at each point `stop` is asked."""
+        point = partial(_stop_point, stop, progress)
         # iptables-nft's --noflush restore is quadratic in the chains of one batch: write big plans'
         # new chains in batches first (see plan.batches); legacy swaps the whole table per restore.
         parts = batches(plan, NFT_BATCH_CHAINS) if self.resolved_backend == "nft" else [plan]
         early, steps = [p for p in parts[:-1] if not p.empty], commits(parts[-1])
         for i, part in enumerate(early):
-            self._stop_point(f"{i} of {len(early)} batches of new chains written, none of them used yet: "
+            point(f"{i} of {len(early)} batches of new chains written, none of them used yet: "
                              "traffic still meets the previous rules only")
             self._restore(part)
         if len(steps) > 1:
             self._test_all(steps)
         for i, part in enumerate(steps):
             if i == 0:
-                self._stop_point(f"{len(early)} batches of new chains written, none of them used yet: traffic "
+                point(f"{len(early)} batches of new chains written, none of them used yet: traffic "
                                  "still meets the previous rules only" if early else "nothing was written")
             else:
-                self._stop_point(f"{i} of {len(steps)} table commits done: every Service meets either its "
+                point(f"{i} of {len(steps)} table commits done: every Service meets either its "
                                  "previous or its new rules")
             try:
                 self._restore(part)
@@ -228,12 +223,6 @@ class IptablesKernel:
                                   "previous or its new rules", payload=exc.payload, stderr=exc.stderr) from exc
         for jump in plan.jumps:
             self._ensure_jump(jump.table, jump.chain, jump.rule, jump.position)
-
-    def _stop_point(self, state: str) -> None:
-        if self.progress is not None and state != "nothing was written":
-            self.progress(state.split(":")[0])
-        if self.stop is not None and self.stop():
-            raise ApplyInterrupted(state)
 
     def _test_all(self, plans: list[Plan]) -> None:
         """Every plan in one `iptables-restore --test` run: refused → KernelError, nothing changed."""
@@ -399,3 +388,10 @@ def _nft_hint(family: IPFamily, netns: str | None) -> bool:
     from netkit.nft import lookup
     fam = "ip" if family is IPFamily.IPV4 else "ip6"
     return bool(lookup.chains(netns, fam, [(t, h) for t in BUILTIN_CHAINS for h in _HINT_CHAINS]))
+
+
+def _stop_point(stop: Callable[[], bool] | None, progress: Callable[[str], None] | None, state: str) -> None:
+    if progress is not None and state != "nothing was written":
+        progress(state.split(":")[0])
+    if stop is not None and stop():
+        raise ApplyInterrupted(state)

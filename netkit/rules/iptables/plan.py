@@ -243,3 +243,25 @@ def _chain_diff(table: str, chain: str, old: tuple[str, ...] | None, new: tuple[
     if not before and not after:  # an empty chain created or deleted
         return [f"--- {head_old}", f"+++ {head_new}", "@@ (empty chain) @@"]
     return list(difflib.unified_diff(before, after, fromfile=head_old, tofile=head_new, lineterm="", n=1))
+
+
+def count_rules(ruleset: Ruleset | None) -> dict[str, int]:
+    """Rules per table of an iptables Ruleset (a full count: done on full syncs)."""
+    return {table: sum(len(rules) for rules in chains.values())
+            for table, chains in (ruleset.tables if ruleset is not None else {}).items()}
+
+
+def plan_rules(plan: Plan, before: Ruleset, total: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """(rules per table after a partial sync, rules written by it) from its iptables Plan and the
+    ruleset it was planned against: only the chains the plan touches are looked at."""
+    old_tables = before.tables
+    new_total = dict(total)
+    last: dict[str, int] = {}
+    for table, chains in plan.write.items():
+        old = old_tables.get(table, {})
+        last[table] = sum(len(rules) for rules in chains.values())
+        new_total[table] = new_total.get(table, 0) + last[table] - sum(len(old.get(c, ())) for c in chains)
+    for table, names in plan.delete.items():
+        old = old_tables.get(table, {})
+        new_total[table] = new_total.get(table, 0) - sum(len(old.get(c, ())) for c in names)
+    return new_total, last

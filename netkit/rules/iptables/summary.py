@@ -9,10 +9,11 @@ not these.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from netkit.rules.iptables import names as n
-from netkit.rules.iptables.rule import read
+from netkit.rules.iptables.rule import Rule, read, target_of
 from netkit.rules.iptables.ruleset import Ruleset
 
 _KINDS = ("cluster IP", "has no endpoints", "has no local endpoints")
@@ -56,3 +57,52 @@ def endpoints_of(nat: Mapping[str, tuple[str, ...]], chain: str) -> set[str]:
             if target and not rule.goto and target.startswith(n.SERVICE_CHAIN_PREFIXES):
                 todo.append(target)
     return found
+
+
+def objects(ruleset: Ruleset) -> dict[str, set[str]]:
+    """Each service port's own rules, for the plan summary (netkit.rules.summary): the rules of the
+    shared chains that name it in their comment, and every rule of the chains they reach (chain
+    names unhashed: what the rules do is compared)."""
+    out: dict[str, set[str]] = {}
+    for table in ("nat", "filter"):
+        chains = ruleset.chains(table)
+        for chain, rules in chains.items():
+            if chain.startswith(n.SERVICE_CHAIN_PREFIXES):
+                continue
+            for text in rules:
+                name = _service_port(read(text))
+                if name is None:
+                    continue
+                own = out.setdefault(name, set())
+                own.add(f"{table} {chain} {text}")
+                _reach(chains, target_of(text), table, own)
+    return out
+
+
+def _service_port(rule: Rule) -> str | None:
+    """"ns/svc:port/proto" of a rule in a shared chain that names its service port first in a comment
+    with more words ("… cluster IP", "… has no endpoints"), right after `-p`."""
+    name, space, _ = (rule.comment or "").partition(" ")
+    if not space or "/" not in name or rule.protocol is None or rule.first_module != "comment":
+        return None
+    return f"{name}/{rule.protocol}"
+
+
+def _reach(chains: Mapping[str, tuple[str, ...]], start: str | None, table: str, own: set[str]) -> None:
+    todo = [start] if start and start.startswith(n.SERVICE_CHAIN_PREFIXES) else []
+    seen: set[str] = set()
+    while todo:
+        chain = todo.pop()
+        if chain in seen:
+            continue
+        seen.add(chain)
+        for rule in chains.get(chain, ()):
+            # chain names carry a hash of the service port: compare what the rules do
+            own.add(f"{table} {chain.split('-', 2)[1]} {_unhash(rule)}")
+            target = target_of(rule)
+            if target and target.startswith(n.SERVICE_CHAIN_PREFIXES):
+                todo.append(target)
+
+
+def _unhash(rule: str) -> str:
+    return re.sub(r"(KUBE-(?:SVC|SVL|EXT|FW|SEP|XLB))-[A-Z0-9]{16}", r"\1", rule)

@@ -17,6 +17,7 @@ kernel's dump does, and connection counts can be set (`set_connections`) to exer
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
 
@@ -54,7 +55,12 @@ class FakeKernel:
     def dump_reusing(self, committed: Ruleset) -> Ruleset:
         return self.dump()
 
-    def apply(self, plan: Plan) -> None:
+    def prefetch(self) -> bool:
+        """Nothing to read before the dump itself."""
+        return False
+
+    def apply(self, plan: Plan, *, stop: Callable[[], bool] | None = None,
+              progress: Callable[[str], None] | None = None) -> None:
         before = self.state
         self.check(plan)
         after = apply_to(before, plan)

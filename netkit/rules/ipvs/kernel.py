@@ -146,7 +146,12 @@ class IPVSKernel:
 
     # ------------------------------------------------------------------ apply
 
-    def apply(self, plan: Plan) -> None:
+    def prefetch(self) -> bool:
+        """Nothing to read before the dump itself."""
+        return False
+
+    def apply(self, plan: Plan, *, stop: Callable[[], bool] | None = None,
+              progress: Callable[[str], None] | None = None) -> None:
         self.prepare()
         self._ipset_restore([*(s.create_line() for s in plan.create_sets),
                              *(f"add {s.name} {e}" for s in plan.create_sets for e in sorted(s.entries)),

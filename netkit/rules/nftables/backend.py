@@ -7,20 +7,21 @@ netkit.rules.registry hands it on).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
 from netkit.nft import render as _render
-from netkit.nft import rule as _rule
 from netkit.nft.parse import FOREIGN
 from netkit.nft.ruleset import Chain, NamedSet, Ruleset
 from netkit.nft.transaction import Transaction
 from netkit.nft.transaction import render_plan as _render_plan
 from netkit.rules.backend import JSONValue
 from netkit.rules.nftables import compile as _compile
+from netkit.rules.nftables import keep as _keep
 from netkit.rules.nftables import names
 from netkit.rules.nftables import plan as _plan
+from netkit.rules.nftables import summary as _summary
 from netkit.rules.nftables import trace as _trace
 from netkit.rules.nftables.compile import Compiler
 from netkit.rules.nftables.kernel import NftKernel
@@ -30,8 +31,9 @@ name = "nftables"
 
 Live = Ruleset | None  # what the kernel holds: netkit's table, or None when there is none
 
-__all__ = ["Live", "compile", "compiler", "describe_plan", "foreign", "kernel", "name",
-           "plan", "render", "render_plan", "summarize", "to_json", "trace"]
+__all__ = ["Live", "compile", "compiler", "describe_plan", "foreign", "holds_rules", "keep", "kernel",
+           "live_names", "name", "objects", "plan", "render", "render_plan", "rule_counts", "summarize", "to_json",
+           "trace"]
 
 
 def family_name(family: IPFamily) -> str:
@@ -95,24 +97,32 @@ def trace(ruleset: Live, packet: Packet) -> list[Outcome]:
 
 
 def summarize(ruleset: Live) -> Mapping[str, tuple[str, ...]]:
-    """`ns/svc:port/proto` → the endpoints (`IP:port`, `[IPv6]:port`) its dnat rules can choose,
-    read from the endpoint chains (svc-… and local-…) and their endpoint maps, so a live dump
-    summarises like a compile."""
-    out: dict[str, set[str]] = {}
-    sets = ruleset.set_map() if ruleset else {}
-    for chain in ruleset.chains if ruleset else ():
-        split = names.split(chain.name)
-        if split is None or split[0] not in ("svc", "local"):
-            continue
-        out.setdefault(split[1], set()).update(ep for rule in chain.rules for ep in dnat_targets(rule, sets))
-    return {k: tuple(sorted(v)) for k, v in sorted(out.items())}
+    return _summary.summarize(ruleset)
 
 
-def dnat_targets(rule: str, sets: Mapping[str, NamedSet]) -> list[str]:
-    """Endpoints a canonical dnat rule can choose (rule.py reads it): `… to A:P`, `… numgen random mod N
-    [offset O] map @NAME` (keys O … O+N-1 of an endpoint map, read from `sets`) or `… map { 0 : A . P, … }`."""
-    read = _rule.readable(rule)
-    return [ep for d in (read.dnats() if read else ()) for ep in _rule.endpoints(d, sets)]
+def objects(ruleset: Live, names: Mapping[str, str]) -> dict[str, set[str]]:
+    return _summary.objects(ruleset, names)
+
+
+def live_names(desired: Live) -> Mapping[str, tuple[str, bool]]:
+    """Nothing: a dump names every service port in its object names."""
+    return {}
+
+
+def keep(live: Live, desired: Live, services: Collection[str]) -> Live:
+    if desired is None:
+        raise ValueError("nftables: the desired ruleset is a table, never None")
+    return _keep.keep(live, desired, services)
+
+
+def holds_rules(ruleset: Live) -> bool:
+    """netkit's table exists (None: there is none)."""
+    return ruleset is not None
+
+
+def rule_counts(base: Live, transaction: Transaction, desired: Live, total: Mapping[str, int] | None) -> None:
+    """None: the iptables rule gauges do not exist in nftables mode."""
+    return None
 
 
 def foreign(live: Live, desired: Live) -> list[str]:

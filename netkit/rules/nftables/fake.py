@@ -10,6 +10,7 @@ still pointed at. Unit tests run plans against it; netns tests check the real ke
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from netkit.errors import KernelError
@@ -43,7 +44,12 @@ class FakeKernel:
     def cleanup(self) -> None:
         self.state = None
 
-    def apply(self, tx: Transaction) -> None:
+    def prefetch(self) -> bool:
+        """Nothing to read before the dump itself."""
+        return False
+
+    def apply(self, tx: Transaction, *, stop: Callable[[], bool] | None = None,
+              progress: Callable[[str], None] | None = None) -> None:
         pre = tx.prelude()  # the new dynamic sets alone, first (plan.py), as NftKernel sends them
         if pre is not None:
             if self.state is None:  # its script adds the table

@@ -172,7 +172,12 @@ class NftKernel:
         seen = self.read_fingerprint()
         return seen[0] if seen is not None and seen[1] == generation else None
 
-    def apply(self, tx: Transaction) -> None:
+    def prefetch(self) -> bool:
+        """Nothing to read before the dump itself."""
+        return False
+
+    def apply(self, tx: Transaction, *, stop: Callable[[], bool] | None = None,
+              progress: Callable[[str], None] | None = None) -> None:
         """Send the transaction's new dynamic sets alone (plan.py: `prelude`), the transaction, then
         its deferred deletions as a second transaction."""
         prior, lost = self._known, self._lost
