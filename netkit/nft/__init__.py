@@ -33,7 +33,7 @@ Modules, by what they offer:
   fingerprint up to date across one's own writes.
 - `lookup`: whether a table or chain exists, by name over netlink.
 
-This package imports nothing from netkit.rules (tests/unit/test_nft_library.py); the nftables
+This package imports nothing from netkit.rules (tests/unit/nft/test_library.py); the nftables
 backend (netkit.rules.nftables: layout, compile, plan, kernel) and iptables mode's look-up of
 iptables-nft's chains are its users. libnftables (python3-nftables) runs scripts and lists tables
 for the backend's Kernel; it has no table model, netlink encoder or fingerprint to replace these

@@ -5,7 +5,7 @@ lists the table's sets and every chain (`GETCHAIN` in `nft --debug=mnl`, also fo
 and `delete element`; only `flush chain` and `add chain` skip it). At 50,000 services that is
 55,000 chains, ~120 ms of each one-change sync, whatever the change — the libnftables context keeps
 no cache across commits, since every commit moves the generation its cache is keyed by. This module
-encodes what a small sync sends (plan.py's Transaction) directly, as `nft` would send it, so a sync
+encodes what a small sync sends (transaction.py's Transaction) directly, as `nft` would send it, so a sync
 costs the kernel's work on what changed.
 
 What is encoded (everything else raises `Unsupported`, and the caller sends the whole transaction

@@ -5,7 +5,7 @@ line, one rule per line. nft reads it as it stands, people can diff it, and `par
 it back without a general nft grammar (the round trip `parse(render(x)) == x` is a property test).
 Rules are already in canonical nft syntax (see ruleset.py), so they are written verbatim.
 
-The plan's transaction script (`render_plan`) lives in plan.py next to the Transaction it renders.
+A transaction's script (`render_transaction`) lives in transaction.py next to the Transaction it renders.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 A Ruleset keeps each rule as its canonical text (ruleset.py), the spelling `compile` writes and
 `parse` prints back from the kernel's JSON: the planner compares those strings and needs no more.
-Whatever asks what a rule *does* — the tracer (trace.py), the summary of service ports
-(backend.summarize), keeping invalid Services' objects (keep.py) — reads it here, once per distinct
+Whatever asks what a rule *does* — netkit's nftables tracer, its summary of service ports,
+keeping invalid Services' objects (netkit.rules.nftables: trace, summary, keep) — reads it here, once per distinct
 text (cached), into frozen values whose `str()` is that text again:
 
     ip daddr 10.96.0.10 th dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade
