@@ -163,7 +163,8 @@ def test_an_unsupported_plugin_is_one_line_and_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "netkit", "dns", "--conf", str(tmp_path / "Corefile")],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
-    assert proc.stderr == f"netkit: error: {tmp_path / 'Corefile'}:21:5: chaos: unknown plugin (not supported by netkit)\n"
+    where = f"{tmp_path / 'Corefile'}:21:5"
+    assert proc.stderr == f"netkit: error: {where}: chaos: unknown plugin (not supported by netkit)\n"
 
 
 def test_autopath_needs_pods_verified_and_says_where(tmp_path: Path) -> None:
