@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `make image`: netkit's node image netkit:<version> in podman's local storage, built without any
 # container registry, in two cached steps:
-#   1. the base, .cache/image/base-<hash>.tar (scripts/image-base.sh): a Debian root made by mmdebstrap
-#      with deploy/image-packages.txt, netkit's Python dependencies (pip on this machine, for the
-#      root's Python) and deploy/image-finish.sh's trims. Made again only when one of those changes.
+#   1. the base, base-<hash>.tar in the machine's cache (scripts/image-base.sh): a Debian root made
+#      by mmdebstrap with deploy/image-packages.txt, netkit's Python dependencies (pip on this machine,
+#      for the root's Python) and deploy/image-finish.sh's trims. Made again only when one of those
+#      changes. It is kept outside the checkout ($NETKIT_IMAGE_CACHE, else ~/.cache/netkit-image, as
+#      pip keeps its wheels), so a fresh clone (CI's) reuses it instead of spending minutes on it.
 #   2. the image: the base plus the netkit package as bytecode (`podman build`, one layer), labelled
 #      with the hash of every input; rebuilt only when that hash changes.
 # The build needs no container runtime (the RUN step uses chroot isolation), so it works alike on
@@ -12,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUITE=bookworm
-CACHE=.cache/image
+CACHE=${NETKIT_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/netkit-image}
 PIP=${PIP:-.venv/bin/python -m pip}
 VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' netkit/__init__.py)
 TAG=${NETKIT_IMAGE:-netkit:$VERSION}
@@ -23,7 +25,7 @@ command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed (apt-get in
 
 mkdir -p "$CACHE"
 exec 9>"$CACHE/lock"
-flock 9  # one build at a time (test workers may ask together); the next finds the image up to date
+flock 9  # one build at a time, from any checkout (the tag is the machine's); the next finds it up to date
 
 hash_of() { sha256sum "$@" | sha256sum | cut -c1-16; }
 base_inputs=(deploy/image-packages.txt deploy/image-finish.sh scripts/image-base.sh pyproject.toml)

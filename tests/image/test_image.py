@@ -3,8 +3,8 @@
 network (a namespace made here), the securityContext's capabilities and nothing more. The rules
 appear in the node's namespace and the probes answer; bad input says one line and leaves nothing.
 
-The image is built once (scripts/build-image.sh, cached in .cache/image and by an input hash on the
-image), so only the first run pays for the Debian root.
+The image is built once (scripts/build-image.sh: its base cached in ~/.cache/netkit-image, the
+image by an input hash on it), so only the first run on a machine pays for the Debian root.
 """
 
 from __future__ import annotations
