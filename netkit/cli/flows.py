@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from netkit.cli.filters import Filter, add_filter_options
@@ -30,6 +31,7 @@ from netkit.rules.registry import with_backend
 from netkit.rules.tracing import Packet, endpoints
 
 FLOWS_SCHEMA = "netkit.flows/v1"  # docs/cli.md "flows -o json"
+FLOWS_SCHEMA_FILE = Path(__file__).with_name("schemas") / "flows-v1.json"  # its JSON Schema
 
 
 def register(sub: Any) -> None:

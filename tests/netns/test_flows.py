@@ -20,6 +20,7 @@ import pytest
 from netkit.netns import socket_in
 from tests.conftest import ROOT, need_root_and, route_out, run_netkit
 from tests.daemon.e2e import web_service, web_slice
+from tests.json_schemas import valid_flows_document
 
 pytestmark = pytest.mark.netns
 NODE_IP, EP_A, EP_B = "192.0.2.10", "10.244.1.11", "10.244.2.11"
@@ -59,8 +60,7 @@ def flows(netns: str, folder: Path, mode: str) -> dict[str, dict[str, object]]:
     done = run_netkit("flows", "-f", str(folder), *ARGS[:6], "--netns", netns, "--mode", mode, "-o", "json",
                       timeout=60)
     assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
-    assert doc["schema"] == "netkit.flows/v1"
+    doc = valid_flows_document(json.loads(done.stdout))  # the committed schema, machine-checked
     return {f"{s['namespace']}/{s['name']}:{s['protocol']}": s for s in doc["services"]}
 
 

@@ -5,8 +5,10 @@ is not a serving endpoint; entries to no Service, or of another protocol, are no
 from __future__ import annotations
 
 from ipaddress import ip_address
+from typing import Any
 
 import pytest
+from jsonschema import ValidationError
 
 from netkit.cli import main
 from netkit.cli.flows import predicted, text, to_json, watch
@@ -16,6 +18,7 @@ from netkit.model import Protocol, build
 from netkit.model.conntrack import Flow
 from netkit.model.flows import tally
 from tests.factories import endpoint, node, objects, service, slice_
+from tests.json_schemas import valid_flows_document
 
 CLUSTER_IP, EXTERNAL_IP, NODE_IP, A, B, GONE = "172.30.1.1", "192.168.99.100", "192.0.2.10", \
     "10.240.0.4", "10.240.0.5", "10.240.9.9"
@@ -102,3 +105,36 @@ def test_watch_renders_again_until_ctrl_c(capsys: pytest.CaptureFixture[str]) ->
 def test_watch_refuses_structured_output_and_no_interval(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["flows", "-f", "nothing.yaml", *argv]) == 2
     assert capsys.readouterr().err.startswith("netkit: error: --watch:")
+
+
+def _document() -> dict[str, object]:
+    ports = tally([entry(CLUSTER_IP, 53, A), entry(CLUSTER_IP, 53, GONE)], STATE)
+    return to_json(ports, predicted(ports, Inputs(Config(node_name="node-a"), OBJECTS, STATE, ())))
+
+
+def test_json_validates_against_the_committed_schema() -> None:
+    valid_flows_document(to_json(()))
+    doc = valid_flows_document(_document())
+    assert [e["predicted"] for e in doc["services"][0]["endpoints"]] == [0.5, 0.0, 0.5]
+    ports = tally([entry(CLUSTER_IP, 53, A)], STATE)
+    valid_flows_document(to_json(ports))  # no node address of the family: predicted null
+
+
+@pytest.mark.parametrize(("where", "broken"), [
+    ("schema", lambda d: d.update(schema="netkit.flows/v2")),
+    ("services", lambda d: d.pop("services")),
+    ("clusterIP", lambda d: d["services"][0].pop("clusterIP")),
+    ("flows", lambda d: d["services"][0].update(flows="2")),
+    ("protocol", lambda d: d["services"][0].update(protocol="icmp")),
+    ("ip", lambda d: d["services"][0]["endpoints"][0].update(ip="10.240.0.999")),
+    ("share", lambda d: d["services"][0]["endpoints"][0].update(share=1.5)),
+    ("predicted", lambda d: d["services"][0]["endpoints"][0].update(predicted="half")),
+    ("stale", lambda d: d["services"][0]["endpoints"][0].pop("stale")),
+])
+def test_the_schema_refuses_a_broken_document(where: str, broken: Any) -> None:
+    doc = _document()
+    broken(doc)
+    with pytest.raises(ValidationError) as refused:
+        valid_flows_document(doc)
+    error = refused.value
+    assert where in f"{list(error.absolute_path)} {error.message}", error  # refused for that field
