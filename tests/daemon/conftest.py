@@ -26,11 +26,17 @@ from netkit.testing.apiserver import TestApiServer
 
 T = TypeVar("T")
 
+# The bound on a wait for an event (a sync, a change, a process's line): generous, because it costs
+# nothing when the event comes and a loaded machine can take many seconds; a test's whole run gets
+# RUN_TIMEOUT. Neither is a timing assertion.
+EVENT_TIMEOUT = 120.0
+RUN_TIMEOUT = 600.0
+
 FAST = ReflectorOptions(page_size=500, min_watch_timeout=30, read_timeout_margin=2, list_timeout=5,
                         short_watch=0.0, backoff=BackoffPolicy(initial=0.02, cap=0.2))
 
 
-def run(coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+def run(coro: Coroutine[Any, Any, T], timeout: float = RUN_TIMEOUT) -> T:
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
@@ -101,7 +107,7 @@ async def reflecting(srv: TestApiServer, resource: str = "services", options: Re
     reflector = Reflector(resource, lw, events.append, options)
     try:
         async with background(reflector.run()):
-            await asyncio.wait_for(reflector.wait_synced(), 5)
+            await asyncio.wait_for(reflector.wait_synced(), EVENT_TIMEOUT)
             yield reflector, events
     finally:
         await api.close()  # type: ignore[no-untyped-call]

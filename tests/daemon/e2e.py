@@ -27,6 +27,7 @@ from netkit.rules.iptables.summary import summarize
 from netkit.runtime.daemon import Daemon, DaemonOptions
 from netkit.sources.kube import ApiSettings
 from netkit.testing.apiserver import TestApiServer
+from tests.daemon.conftest import EVENT_TIMEOUT
 
 from .conftest import FAST
 
@@ -123,7 +124,7 @@ class Running:
     async def services(self) -> Mapping[str, tuple[str, ...]]:
         return summarize(await asyncio.to_thread(self.dump))
 
-    async def converge(self, check: Callable[[Mapping[str, tuple[str, ...]]], bool], timeout: float = 10.0,
+    async def converge(self, check: Callable[[Mapping[str, tuple[str, ...]]], bool], timeout: float = EVENT_TIMEOUT,
                        what: str = "rules") -> Mapping[str, tuple[str, ...]]:
         """Poll the live rules until `check` holds; returns the last summary."""
         loop = asyncio.get_running_loop()
@@ -187,6 +188,13 @@ class Sampler:
             if not seen.get(self.key):
                 self.emptied.append(seen)
             await asyncio.sleep(self.interval)
+
+    async def take(self, count: int, timeout: float = EVENT_TIMEOUT) -> None:
+        """Until `count` more samples have been taken (an event wait: however slow the machine)."""
+        target = self.samples + count
+        async with asyncio.timeout(timeout):
+            while self.samples < target:
+                await asyncio.sleep(self.interval)
 
 
 @contextlib.asynccontextmanager

@@ -278,7 +278,7 @@ def test_the_official_client_sees_a_service_leave_the_selector_as_deleted() -> N
             srv.store.apply(service("web", "10.96.0.10"))
             assert await asyncio.wait_for(task, 30) == [("DELETED", "web"), ("ADDED", "web")]
 
-    run(scenario(), timeout=90)
+    run(scenario())
 
 
 @pytest.mark.parametrize("directive, stored, warnings", [

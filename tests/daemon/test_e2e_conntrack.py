@@ -170,7 +170,7 @@ def test_a_sync_never_waits_for_the_conntrack_cleanup(netns: str, tmp_path: Path
             cleaner.release.set()
             await stop_daemon(task)
 
-    run(scenario(), timeout=40)
+    run(scenario())
 
 
 # --- kube-proxy's reconciler cases against the real daemon, in iptables and in nftables mode ---------
@@ -320,7 +320,7 @@ def test_stale_udp_flows_go_like_kube_proxys(node_ns: str, tmp_path: Path, mode:
         finally:
             await stop_daemon(task)
 
-    run(scenario(), timeout=90)
+    run(scenario())
 
 
 async def start(opts: DaemonOptions) -> tuple[Daemon, asyncio.Task[None]]:

@@ -20,6 +20,7 @@ import yaml
 from netkit.cli import _coredns
 from netkit.dns.config import DEFAULTS, load
 from netkit.testing.apiserver import TestApiServer, rbac_uncovered
+from tests.daemon.conftest import EVENT_TIMEOUT
 
 from .conftest import eventually, run
 from .e2e import (
@@ -108,7 +109,7 @@ def test_the_cluster_role_covers_exactly_what_the_daemon_requests(netns: str, tm
             if slices:
                 srv.store.create(yaml.safe_load(web_slice(["10.244.1.11"])))
             async with running_daemon(netns, tmp_path, srv=srv) as r:
-                await asyncio.wait_for(r.daemon.synced.wait(), 10)
+                await asyncio.wait_for(r.daemon.synced.wait(), EVENT_TIMEOUT)
                 if slices:
                     await r.converge(lambda s: s.get("default/web:http/tcp") == with_ports(["10.244.1.11"]))
                 lists = len(srv.requests("list"))
@@ -122,7 +123,7 @@ def test_the_cluster_role_covers_exactly_what_the_daemon_requests(netns: str, tm
         assert rbac_uncovered(srv.audit, role) == []
         return {(a.group, a.resource, a.verb) for a in srv.audit if a.resource}
 
-    used = run(scenario(), timeout=40)
+    used = run(scenario())
     expected = {("", "services", "list"), ("", "services", "watch"), ("", "nodes", "list"), ("", "nodes", "watch")}
     expected |= ({("discovery.k8s.io", "endpointslices", v) for v in ("list", "watch")} if slices
                  else {("", "endpoints", v) for v in ("list", "watch")})
@@ -147,7 +148,7 @@ def test_kubectl_accepts_the_manifests(tmp_path: Path) -> None:
             for what in ("clusterrole/netkit", "clusterrolebinding/netkit"):
                 await kubectl("get", what, "-o", "name")
 
-    run(scenario(), timeout=40)
+    run(scenario())
 
 
 def test_the_daemonset_has_what_the_daemon_needs(tmp_path: Path) -> None:
@@ -205,13 +206,13 @@ def test_dns_listen_needs_no_more_than_the_cluster_role(netns: str, tmp_path: Pa
             opts = options(netns, config(), kubeconfig=kubectl.kubeconfig, dns_listen=f"127.0.0.1:{free_port()}")
             daemon, task = await start_daemon(opts)
             try:
-                await asyncio.wait_for(daemon.synced.wait(), 10)  # a 403 on Pods would block this
+                await asyncio.wait_for(daemon.synced.wait(), EVENT_TIMEOUT)  # a 403 on Pods would block this
             finally:
                 await stop_daemon(task)
             assert rbac_uncovered(srv.audit, role) == []
             assert not [a for a in srv.audit if a.resource == "pods"]
 
-    run(scenario(), timeout=40)
+    run(scenario())
 
 
 def test_the_containerfile_copies_what_exists_and_installs_the_tools() -> None:
@@ -282,4 +283,4 @@ def test_kubectl_accepts_the_dns_manifests(tmp_path: Path) -> None:
             assert got["spec"]["clusterIP"] == "10.96.0.10"
             await kubectl("get", "-n", "kube-system", "deployment/coredns", "-o", "name")
 
-    run(scenario(), timeout=40)
+    run(scenario())

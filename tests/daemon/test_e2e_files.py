@@ -50,7 +50,7 @@ def test_file_source_follows_an_edit(netns: str, tmp_path: Path) -> None:
         finally:
             await stop_daemon(task)
 
-    run(scenario(), timeout=40)
+    run(scenario())
 
 
 def _synced(metrics: str) -> bool:
@@ -136,9 +136,9 @@ def test_a_node_name_nothing_uses_is_warned_about_once(netns: str, tmp_path: Pat
             await stop_daemon(task)
 
     caplog.set_level(logging.WARNING)
-    run(scenario("node-typo"), timeout=40)
+    run(scenario("node-typo"))
     assert said() == ["node name 'node-typo' (the hostname; give --node-name) matches no Node object and no "
                       "endpoint's nodeName (known: node-a): no endpoint is local"]
     caplog.clear()
-    run(scenario("node-a"), timeout=40)
+    run(scenario("node-a"))
     assert said() == []

@@ -17,6 +17,7 @@ import pytest
 
 from netkit.netns import socket_in
 from tests.conftest import need_root_and
+from tests.daemon.conftest import EVENT_TIMEOUT
 
 from .conftest import run
 from .e2e import Running, running_daemon
@@ -96,7 +97,7 @@ def test_node_lifecycle_turns_healthz_not_livez(netns: str, tmp_path: Path) -> N
         async with running_daemon(netns, tmp_path, health=True) as r:
             assert r.kubectl is not None
             await r.kubectl.apply_text("create", node())
-            await asyncio.wait_for(r.daemon.synced.wait(), 10)
+            await asyncio.wait_for(r.daemon.synced.wait(), EVENT_TIMEOUT)
             assert await status(r) == (200, 200, True)
             await r.kubectl.apply_text("replace", node('{key: ToBeDeletedByClusterAutoscaler, effect: NoSchedule}'))
             await until(lambda: _is(status(r), (503, 200, False)), "the taint")
@@ -114,7 +115,7 @@ def test_node_lifecycle_turns_healthz_not_livez(netns: str, tmp_path: Path) -> N
             assert 'kubeproxy_proxy_healthz_total{code="503"}' in page
             assert 'kubeproxy_proxy_livez_total{code="200"}' in page
 
-    run(scenario(), timeout=60)
+    run(scenario())
 
 
 async def _is(value: Any, expected: Any) -> bool:
@@ -129,7 +130,7 @@ def test_a_stalled_sync_and_health_check_node_ports(netns: str, tmp_path: Path) 
         async with running_daemon(netns, tmp_path, health=True, sync_period=1.0) as r:
             assert r.kubectl is not None
             await r.kubectl.apply_text("create", node() + "---\n" + LB + "---\n" + lb_slice(["node-a", "node-b"]))
-            await asyncio.wait_for(r.daemon.synced.wait(), 10)
+            await asyncio.wait_for(r.daemon.synced.wait(), EVENT_TIMEOUT)
             code, headers, body = await until_port(netns)
             assert code == 200 and headers["X-Load-Balancing-Endpoint-Weight"] == "1"
             assert json.loads(body) == {"service": {"namespace": "default", "name": "lb"}, "localEndpoints": 1,
@@ -163,7 +164,7 @@ def test_a_stalled_sync_and_health_check_node_ports(netns: str, tmp_path: Path) 
             await until(lambda: _port_closed(netns), "the port closes with the service")
 
     try:
-        run(scenario(), timeout=60)
+        run(scenario())
     finally:
         release.set()
 
@@ -219,7 +220,7 @@ def test_a_busy_healthz_port_is_logged_and_retried(netns: str, tmp_path: Path) -
             from dataclasses import replace
             daemon, task = await start_daemon(replace(opts, healthz_address=f"127.0.0.1:{port}"))
             try:
-                await asyncio.wait_for(daemon.synced.wait(), 20)  # the busy port does not stop the daemon
+                await asyncio.wait_for(daemon.synced.wait(), EVENT_TIMEOUT)  # the busy port does not stop the daemon
                 assert not task.done()
                 blocker.close()
                 await until(lambda: _healthz_up(port), "healthz once the port is free")
@@ -227,7 +228,7 @@ def test_a_busy_healthz_port_is_logged_and_retried(netns: str, tmp_path: Path) -
                 await stop_daemon(task)
 
     try:
-        run(scenario(), timeout=40)
+        run(scenario())
     finally:
         blocker.close()
 
@@ -252,12 +253,12 @@ def test_node_cidr_waits_for_the_nodes_pod_cidrs(netns: str, tmp_path: Path) -> 
             assert not r.daemon.synced.is_set(), "no sync before the Node has podCIDRs (kube-proxy waits)"
             await r.kubectl.apply_text("replace", node().replace(
                 "status:", "spec: {podCIDRs: [10.244.1.0/24]}\nstatus:"))
-            await asyncio.wait_for(r.daemon.synced.wait(), 10)
+            await asyncio.wait_for(r.daemon.synced.wait(), EVENT_TIMEOUT)
             live = await asyncio.to_thread(r.dump)
             text = "\n".join(rule for chain in live.chains("nat").values() for rule in chain)
             assert "10.244.1.0/24" in text and "10.244.0.0/16" not in text, text[:2000]
 
-    run(scenario(), timeout=40)
+    run(scenario())
 
 
 @pytest.mark.parametrize("mode", ["iptables", "nftables"])
@@ -269,7 +270,7 @@ def test_proxy_mode_is_served_on_the_metrics_address(netns: str, tmp_path: Path,
 
     async def scenario() -> None:
         async with running_daemon(netns, tmp_path, health=True, mode=mode) as r:
-            await asyncio.wait_for(r.daemon.synced.wait(), 30)  # serving by then
+            await asyncio.wait_for(r.daemon.synced.wait(), EVENT_TIMEOUT)  # serving by then
             async with aiohttp.ClientSession() as http:
                 async with http.get(f"http://{r.daemon.options.metrics_address}/proxyMode") as resp:
                     body = await resp.read()
@@ -278,4 +279,4 @@ def test_proxy_mode_is_served_on_the_metrics_address(netns: str, tmp_path: Path,
                     assert resp.headers["X-Content-Type-Options"] == "nosniff"
             assert body == mode.encode()
 
-    run(scenario(), timeout=60)
+    run(scenario())

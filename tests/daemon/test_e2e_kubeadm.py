@@ -27,6 +27,7 @@ from netkit.model import IPFamily
 from netkit.rules.iptables.kernel import IptablesKernel
 from netkit.rules.iptables.summary import summarize
 from netkit.testing.apiserver import TestApiServer
+from tests.daemon.conftest import EVENT_TIMEOUT
 
 from .conftest import run
 from .e2e import WEB, Kubectl, free_port, web_service, web_slice, with_ports
@@ -143,7 +144,7 @@ def test_kubeadms_configmap_verbatim_runs_the_daemon(netns: str, tmp_path: Path)
                 assert set(doc["status"]) == {"IPv4"}
             finally:
                 proc.send_signal(signal.SIGTERM)
-                _, err = await asyncio.wait_for(proc.communicate(), 10)
+                _, err = await asyncio.wait_for(proc.communicate(), EVENT_TIMEOUT)
             assert proc.returncode == 0, err.decode()[-2000:]
             logs = [json.loads(line) for line in err.decode().splitlines() if line.startswith("{")]
             start_line = next(d for d in logs if d["msg"] == "starting")
@@ -155,4 +156,4 @@ def test_kubeadms_configmap_verbatim_runs_the_daemon(netns: str, tmp_path: Path)
                     and a.verb in ("list", "watch")]
             assert mine and all(a.auth == f"Bearer {TOKEN}" for a in mine), "the kubeconfig's tokenFile was used"
 
-    run(scenario(), timeout=60)
+    run(scenario())

@@ -73,7 +73,7 @@ def test_tcp_through_the_service_follows_kubectl(lab: Lab, tmp_path: Path) -> No
             reply = await asyncio.to_thread(lab.connect, "client-a", "10.96.0.10", 80, timeout=0.5)
             assert reply.outcome is Outcome.TIMEOUT, reply
 
-    run(scenario(), timeout=60)
+    run(scenario())
 
 
 def _ask(sock: socket.socket) -> str:
@@ -111,4 +111,4 @@ def test_udp_client_survives_an_endpoint_change(lab: Lab, tmp_path: Path, cleanu
             else:
                 assert after == first, "without cleanup the stale entry keeps the flow on the removed pod"
 
-    run(scenario(), timeout=60)
+    run(scenario())

@@ -16,6 +16,7 @@ import pytest
 
 from netkit.model import IPFamily
 from netkit.rules.iptables import names as n
+from tests.daemon.conftest import EVENT_TIMEOUT
 
 from .conftest import run
 from .e2e import WEB, running_daemon, web_service, web_slice, with_ports
@@ -38,7 +39,7 @@ def test_create_scale_and_delete_with_kubectl(netns: str, tmp_path: Path, backen
     async def scenario() -> None:
         async with running_daemon(netns, tmp_path, backend=backend) as r:
             assert r.kubectl is not None
-            await asyncio.wait_for(r.daemon.synced.wait(), 10)  # the first sync of an empty cluster
+            await asyncio.wait_for(r.daemon.synced.wait(), EVENT_TIMEOUT)  # the first sync of an empty cluster
             await r.kubectl.apply_text("create", web_service())
             await r.converge(lambda s: _rejects(dict(s)), what="REJECT for a service without endpoints")
             await r.kubectl.apply_text("create", web_slice([A]))
@@ -67,7 +68,7 @@ def test_create_scale_and_delete_with_kubectl(netns: str, tmp_path: Path, backen
                                                IPFamily.IPV4)
             assert failures._value.get() == 0
 
-    run(scenario(), timeout=60)
+    run(scenario())
 
 
 def test_health_and_metrics_of_a_running_daemon(netns: str, tmp_path: Path) -> None:
@@ -97,7 +98,7 @@ def test_health_and_metrics_of_a_running_daemon(netns: str, tmp_path: Path) -> N
                    and 'ip_family="IPv4"' in line and 'table="nat"' in line]
             assert nat and float(nat[0].split()[-1]) > 0, "the syncer tells the daemon what it planned"
 
-    run(scenario(), timeout=40)
+    run(scenario())
 
 
 def test_cleanup_removes_every_rule_the_daemon_wrote(netns: str, tmp_path: Path) -> None:
@@ -115,4 +116,4 @@ def test_cleanup_removes_every_rule_the_daemon_wrote(netns: str, tmp_path: Path)
                          for rule in rules if "KUBE-" in rule]
         assert builtin_jumps == []
 
-    run(scenario(), timeout=40)
+    run(scenario())

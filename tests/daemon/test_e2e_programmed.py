@@ -64,7 +64,7 @@ def test_a_sync_that_read_before_the_change_does_not_count_however_late_it_ends(
             assert (await r.services())[WEB] == with_ports([B])
 
     try:
-        run(scenario(), timeout=60)
+        run(scenario())
     finally:
         while not entered.empty():
             entered.get().set()

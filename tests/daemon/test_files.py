@@ -14,6 +14,7 @@ from netkit.errors import Problem
 from netkit.model.types import AddressType, EndpointSlice, KubeObject, Node, ObjectRef, Service
 from netkit.sources.files import FileSource, keep_last_good
 from netkit.sources.store import Store
+from tests.daemon.conftest import EVENT_TIMEOUT
 
 from .conftest import background, eventually, run
 
@@ -49,7 +50,7 @@ def test_follows_creates_edits_invalid_edits_and_deletes(tmp_path: Path) -> None
         store = Store()
         source = FileSource([str(tmp_path)], store, debounce_ms=20, step_ms=10)
         async with background(source.run()):
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             assert ports(store) == {"api": 80, "web": 80}
             assert [s.ref.name for s in store.objects().slices] == ["web-1"]
             store.take_changes()
@@ -87,7 +88,7 @@ def test_a_single_file_path_is_followed(tmp_path: Path) -> None:
         (tmp_path / "other.yaml").write_text(SVC.format(name="other", ip="10.96.0.12", port=80))
         store = Store()
         async with background(FileSource([str(path)], store, debounce_ms=20, step_ms=10).run()):
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             assert ports(store) == {"web": 80}
             # an editor's save: write a new file, rename it over the old one
             (tmp_path / ".svc.yaml.tmp").write_text(SVC.format(name="web", ip="10.96.0.10", port=82))
@@ -154,7 +155,7 @@ def test_a_removed_directory_is_kept_and_followed_when_it_comes_back(
         store = Store()
         source = fast([d], store)
         async with background(source.run()):
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             assert names(store) == {"web", "api"}
             shutil.rmtree(d)
             await eventually(lambda: d in source.gone, what="the directory seen gone")
@@ -186,7 +187,7 @@ def test_a_directory_replaced_at_once_is_followed(tmp_path: Path) -> None:
         store = Store()
         source = fast([d], store)
         async with background(source.run()):
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             staged = tmp_path / "staged"
             staged.mkdir()
             (staged / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=81))
@@ -206,7 +207,7 @@ def test_an_emptied_directory_keeps_its_objects_until_files_come_back(tmp_path: 
         store = Store()
         source = fast([tmp_path], store)
         async with background(source.run()):
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             store.take_changes()
             (tmp_path / "web.yaml").unlink()
             (tmp_path / "api.yaml").unlink()
@@ -227,7 +228,7 @@ def test_a_file_left_without_services_counts_as_empty(tmp_path: Path) -> None:
         store = Store()
         source = fast([tmp_path], store)
         async with background(source.run()):
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             (tmp_path / "web.yaml").write_text(SLICE)  # the Service removed: the last one
             await eventually(lambda: tmp_path in source.gone, what="no Service left")
             assert names(store) == {"web"}
@@ -244,7 +245,7 @@ def test_allow_empty_takes_an_empty_directory_as_no_services(tmp_path: Path) -> 
         store = Store()
         source = fast([d], store, allow_empty=True)
         async with background(source.run()):
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             (d / "web.yaml").unlink()
             await eventually(lambda: names(store) == set(), what="the explicit empty input")
             (d / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80))
@@ -264,11 +265,11 @@ def test_an_empty_directory_at_start_is_waited_for(tmp_path: Path) -> None:
             await asyncio.sleep(0.3)
             assert not store.all_synced, "no first sync from an empty input: the node's rules stay"
             (tmp_path / "web.yaml").write_text(SVC.format(name="web", ip="10.96.0.10", port=80))
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             assert names(store) == {"web"}
         allowed = Store()
         async with background(fast([tmp_path / "sub"], allowed, allow_empty=True).run()):
-            await asyncio.wait_for(allowed.wait_synced(), 5)
+            await asyncio.wait_for(allowed.wait_synced(), EVENT_TIMEOUT)
             assert names(allowed) == set()
 
     (tmp_path / "sub").mkdir()
@@ -282,7 +283,7 @@ def test_a_deleted_single_file_is_kept_until_it_comes_back(tmp_path: Path) -> No
         store = Store()
         source = fast([path], store, allow_empty=True)
         async with background(source.run()):
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             path.unlink()
             await eventually(lambda: path in source.gone, what="the file gone")
             assert names(store) == {"web"}
@@ -311,7 +312,7 @@ def test_files_written_back_one_by_one_are_read_once_they_settle(tmp_path: Path)
                 await asyncio.sleep(0.005)
 
         async with background(source.run()):
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             async with background(watch()):
                 shutil.rmtree(d)
                 await eventually(lambda: d in source.gone, what="the directory gone")
@@ -341,7 +342,7 @@ def test_files_deleted_one_after_another_are_seen_together(tmp_path: Path) -> No
         store = Store()
         source = FileSource([str(tmp_path)], store, debounce_ms=10, step_ms=5, poll_ms=300)
         async with background(source.run()):
-            await asyncio.wait_for(store.wait_synced(), 5)
+            await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             store.take_changes()
             for name in ("web", "api", "db"):
                 (tmp_path / f"{name}.yaml").unlink()

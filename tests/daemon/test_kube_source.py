@@ -21,6 +21,7 @@ from netkit.sources.kube import (
 )
 from netkit.sources.store import Store
 from netkit.testing.apiserver import TestApiServer
+from tests.daemon.conftest import EVENT_TIMEOUT
 
 from .conftest import FAST, background, endpoint_slice, endpoints, node, run, service
 
@@ -67,7 +68,7 @@ def test_selectors_match_kube_proxy_and_the_store_merges_every_reflector() -> No
             source = KubeSource(ApiSettings(master=srv.url), store, node_name="node-a", options=FAST)
             assert not store.all_synced
             async with background(source.run()):
-                await asyncio.wait_for(store.wait_synced(), 5)
+                await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
                 objs = store.objects()
                 assert [s.ref.name for s in objs.services] == ["web"]
                 assert [s.ref.name for s in objs.slices] == ["web-1"]
@@ -81,7 +82,7 @@ def test_selectors_match_kube_proxy_and_the_store_merges_every_reflector() -> No
                 # a change arrives as one net change per object
                 store.take_changes()
                 srv.store.apply(node("node-a", zone="zone-c"))
-                changes = await asyncio.wait_for(store.wait_changes(), 5)
+                changes = await asyncio.wait_for(store.wait_changes(), EVENT_TIMEOUT)
                 [change] = changes.values()
                 assert isinstance(change.before, Node) and change.before.zone == "zone-a"
                 assert isinstance(change.after, Node) and change.after.zone == "zone-c"
@@ -96,13 +97,13 @@ def test_a_service_labelled_for_another_proxy_leaves_the_store_and_comes_back() 
             store = Store()
             source = KubeSource(ApiSettings(master=srv.url), store, node_name="node-a", options=FAST)
             async with background(source.run()):
-                await asyncio.wait_for(store.wait_synced(), 5)
+                await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
                 store.take_changes()
                 srv.store.apply(service("web", "10.96.0.10", labels=PROXY_NAME))
-                await asyncio.wait_for(store.wait_changes(), 5)
+                await asyncio.wait_for(store.wait_changes(), EVENT_TIMEOUT)
                 assert [s.ref.name for s in store.objects().services] == []
                 srv.store.apply(service("web", "10.96.0.10"))
-                await asyncio.wait_for(store.wait_changes(), 5)
+                await asyncio.wait_for(store.wait_changes(), EVENT_TIMEOUT)
                 assert [s.ref.name for s in store.objects().services] == ["web"]
 
     run(scenario())
@@ -115,7 +116,7 @@ def test_endpoints_are_watched_only_when_the_cluster_serves_no_endpoint_slices()
             store = Store()
             source = KubeSource(ApiSettings(master=srv.url), store, node_name="node-a", options=FAST)
             async with background(source.run()):
-                await asyncio.wait_for(store.wait_synced(), 5)
+                await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
                 assert source.endpoint_slices is False
                 [legacy] = store.objects().slices
                 assert legacy.from_legacy_endpoints and legacy.service_name == "web"
@@ -140,7 +141,7 @@ def test_discovery_during_an_outage_waits_instead_of_falling_back() -> None:
             srv.store.create(service("web", "10.96.0.10"))
             await srv.start()
             try:
-                await asyncio.wait_for(store.wait_synced(), 5)
+                await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
                 assert source.endpoint_slices is True
                 assert [s.ref.name for s in store.objects().services] == ["web"]
             finally:

@@ -15,6 +15,7 @@ from netkit.sources.kube import ApiSettings, KubeSource
 from netkit.sources.store import Store
 from netkit.testing.apiserver import TestApiServer, rbac_uncovered
 from netkit.testing.apistore import resource_for_kind
+from tests.daemon.conftest import EVENT_TIMEOUT
 
 from .conftest import FAST, background, run
 
@@ -130,7 +131,7 @@ def test_kubectl_get_watch_sees_a_create(tmp_path: Path) -> None:
                     await asyncio.sleep(0.02)
                 await kubectl("create", "-f", kubectl.manifest(80))
                 assert proc.stdout is not None
-                line = await asyncio.wait_for(proc.stdout.readline(), 10)
+                line = await asyncio.wait_for(proc.stdout.readline(), EVENT_TIMEOUT)
                 assert line.decode().strip() == "service/web"
             finally:
                 proc.terminate()
@@ -145,7 +146,7 @@ def test_rbac_check_finds_requests_a_role_does_not_allow() -> None:
             store = Store()
             async with background(KubeSource(ApiSettings(master=srv.url), store, node_name="node-a",
                                              options=FAST).run()):
-                await asyncio.wait_for(store.wait_synced(), 5)
+                await asyncio.wait_for(store.wait_synced(), EVENT_TIMEOUT)
             role = {"rules": [
                 {"apiGroups": [""], "resources": ["services", "nodes"], "verbs": ["list", "watch"]},
                 {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},

@@ -11,6 +11,7 @@ from netkit.errors import Problem
 from netkit.model.types import KubeObject, Node, ObjectRef, Service
 from netkit.sources.reflector import EventType, Invalid, Update
 from netkit.sources.store import ObjectKey, Store, key_of
+from tests.daemon.conftest import EVENT_TIMEOUT
 
 from .conftest import run
 
@@ -60,7 +61,7 @@ def test_changed_event_follows_pending_changes_and_snapshot_is_current() -> None
         store.put("o1", (A1, B1))
         assert store.changed.is_set() and store.pending == 2
         assert store.objects().services == (A1, B1)
-        changes = await asyncio.wait_for(store.wait_changes(), 1)
+        changes = await asyncio.wait_for(store.wait_changes(), EVENT_TIMEOUT)
         assert set(changes) == {KA, KB} and not store.changed.is_set()
         store.put("o1", (A2, B1))
         store.put("o1", (A1, B1))  # undone before the consumer looked: nothing to wake it for
