@@ -4,13 +4,20 @@ thread on loopback, so tests talk to it with ordinary blocking clients (dnspytho
 from __future__ import annotations
 
 import asyncio
+import http.client
 import shutil
 import socket
 import struct
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+import dns.exception
+import dns.message
+import dns.query
 import pytest
 from dnslib import CNAME, PTR, QTYPE, RR, SOA, A, DNSLabel, DNSRecord
 
@@ -18,9 +25,18 @@ from netkit.dns.engine import Engine
 from netkit.dns.server import DnsServer
 from netkit.dns.upstream import Address, Forwarder, Router
 from netkit.dns.view import Options, View
+from netkit.netns import socket_in
+from tests.conftest import ROOT, need_root_and, netns_name
 
 T = TypeVar("T")
 NO_HTTP = ("--metrics-listen", "", "--health-listen", "", "--ready-listen", "")  # no fixed ports in tests
+
+# `netkit dns` as a process runs in the test's own network namespace, on these fixed ports: a port
+# picked free in the machine's namespace can be taken (a loopback connection's ephemeral port is
+# enough) before the server binds it, and the server exits 2.
+DNS_PORT, METRICS_PORT, HEALTH_PORT, READY_PORT, API_PORT = 53, 9153, 8080, 8181, 6443
+IN_NETNS = ("--listen", f"127.0.0.1:{DNS_PORT}", "--metrics-listen", f"127.0.0.1:{METRICS_PORT}",
+            "--health-listen", f"127.0.0.1:{HEALTH_PORT}", "--ready-listen", f"127.0.0.1:{READY_PORT}")
 
 
 class LoopThread:
@@ -90,18 +106,27 @@ class TestUpstream:
     pool.example.com A → 192.0.2.11-.16; alias.example.com A → CNAME pool.example.com and those;
     9.9.9.9 PTR → nine.example.com; other names → NXDOMAIN with an SOA (minimum 60).
     With `forward_to`, it forwards every query there instead (a loop); with `mute`, it answers nothing
-    (a dead upstream that still counts what it receives). Listens on `host` (any 127.0.0.x).
+    (a dead upstream that still counts what it receives). Listens on `host` (any 127.0.0.x), in
+    `netns` when given (port 53 there).
     """
 
     __test__ = False
 
     def __init__(self, forward_to: tuple[str, int] | None = None, *, host: str = "127.0.0.1",
-                 mute: bool = False, delay: float = 1.0) -> None:
+                 mute: bool = False, delay: float = 1.0, netns: str | None = None) -> None:
         self.forward_to, self.host, self.mute, self.delay = forward_to, host, mute, delay
         self.seen: list[str] = []
         self.failing = False
         self.lt = LoopThread()
-        self.port = self.lt.call(self._start())
+        self.port = self.lt.call(self._start() if netns is None else self._start_in(netns))
+
+    async def _start_in(self, netns: str) -> int:
+        udp, tcp = (socket_in(netns, socket.AF_INET, kind) for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM))
+        for sock in (udp, tcp):
+            sock.bind((self.host, 53))
+        self.transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(lambda: _Udp(self), sock=udp)
+        self.tcp = await asyncio.start_server(self._tcp, sock=tcp)
+        return 53
 
     async def _start(self) -> int:
         loop = asyncio.get_running_loop()
@@ -223,3 +248,118 @@ def need_dig() -> str:
     if dig is None:
         pytest.skip("needs dig (Debian package dnsutils)")
     return dig
+
+
+@pytest.fixture(scope="module")
+def module_netns() -> Iterator[str]:
+    """A network namespace with loopback up, for a module's shared server; removed afterwards."""
+    need_root_and("ip")
+    name = netns_name()
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def ask_in(netns: str, name: str, qtype: str = "A", port: int = DNS_PORT, timeout: float = 1) -> dns.message.Message:
+    """A UDP query to 127.0.0.1:PORT inside `netns`."""
+    with socket_in(netns, socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setblocking(False)  # as dnspython's own: it waits for readability, then reads
+        return dns.query.udp(dns.message.make_query(name, qtype), "127.0.0.1", port=port, timeout=timeout, sock=sock)
+
+
+class _InNetns(http.client.HTTPConnection):
+    def __init__(self, netns: str, port: int, timeout: float) -> None:
+        super().__init__("127.0.0.1", port, timeout=timeout)
+        self.netns = netns
+
+    def connect(self) -> None:
+        sock = socket_in(self.netns, socket.AF_INET, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect((self.host, self.port))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def get_in(netns: str, port: int, path: str, timeout: float = 5) -> tuple[int, str]:
+    """GET http://127.0.0.1:PORT/PATH inside `netns`: the status and the body."""
+    conn = _InNetns(netns, port, timeout)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode()
+    finally:
+        conn.close()
+
+
+class DnsProcess:
+    """`netkit dns ARGS` inside `netns`, its stderr collected line by line (stdout too, when asked)."""
+
+    def __init__(self, netns: str, *args: str, stdout: bool = False) -> None:
+        self.netns = netns
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-m", "netkit", "dns", *args],
+                                     cwd=ROOT, stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.out: list[str] = []
+        self.readers = [threading.Thread(target=self._read, args=(self.proc.stderr, self.lines), daemon=True)]
+        if stdout:
+            self.readers.append(threading.Thread(target=self._read, args=(self.proc.stdout, self.out), daemon=True))
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream: Any, into: list[str]) -> None:
+        for line in stream:
+            into.append(line)
+
+    def ask(self, name: str, qtype: str = "A") -> dns.message.Message:
+        return ask_in(self.netns, name, qtype)
+
+    def get(self, port: int, path: str) -> tuple[int, str]:
+        return get_in(self.netns, port, path)
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def wait_for(self, check: Callable[[], bool], timeout: float = 60.0) -> None:
+        """Until `check` holds (a query's timeout or a refused connection counts as not yet); fails at
+        once, with the server's stderr, when it exits."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if check():
+                    return
+            except (dns.exception.Timeout, OSError, http.client.HTTPException):
+                pass
+            if self.proc.poll() is not None:
+                self.finish()
+                pytest.fail(f"netkit dns exited {self.proc.returncode}: {''.join(self.lines)[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"not within {timeout} s; netkit dns said: {''.join(self.lines)[-3000:]}")
+            time.sleep(0.05)
+
+    def finish(self, timeout: float = 60) -> int:
+        """Wait for the exit and the last of its output."""
+        code = self.proc.wait(timeout)
+        for reader in self.readers:
+            reader.join(10)
+        return code
+
+    def stop(self) -> tuple[str, str]:
+        """SIGTERM; it must exit 0. Its stdout and stderr."""
+        self.proc.terminate()
+        code = self.finish()
+        err = "".join(self.lines)
+        assert code == 0, err
+        return "".join(self.out), err
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.finish()

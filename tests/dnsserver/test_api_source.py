@@ -5,12 +5,9 @@ the query log in CoreDNS's format."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +20,21 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netkit.dns.metrics import COREDNS_METRICS
+from netkit.netns import socket_in
 from netkit.testing.apiserver import TestApiServer, rbac_uncovered
 from tests.conftest import ROOT
-from tests.dnsserver.conftest import LoopThread, TestUpstream, free_port, need_dig
+from tests.dnsserver.conftest import (
+    API_PORT,
+    DNS_PORT,
+    HEALTH_PORT,
+    IN_NETNS,
+    METRICS_PORT,
+    READY_PORT,
+    DnsProcess,
+    LoopThread,
+    TestUpstream,
+    need_dig,
+)
 
 Z = ".svc.cluster.local."
 
@@ -44,18 +53,20 @@ def headless_slice(svc: str, ips: list[str]) -> dict[str, Any]:
 
 
 class Api:
-    """The test API server in its own loop thread; `create`/`delete` run there."""
+    """The test API server in its own loop thread; `create`/`delete` run there. It answers inside
+    `netns` too, on 127.0.0.1:API_PORT, where `netkit dns` runs: refused there until `start()`."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, netns: str) -> None:
         self.lt = LoopThread()
-        self.srv = TestApiServer(port=port)
+        self.srv = TestApiServer()
+        self.listener = socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", API_PORT))  # bound, not listening: connections refused
 
     def start(self) -> None:
         self.lt.call(self.srv.start())
+        self.lt.call(self.srv.serve_socket(self.listener))
 
-    @property
-    def url(self) -> str:
-        return self.srv.url
+    url = f"http://127.0.0.1:{API_PORT}"  # as `netkit dns` in the namespace sees it
 
     def create(self, obj: dict[str, Any]) -> None:
         self.lt.run(lambda: self.srv.store.create(obj))
@@ -68,49 +79,18 @@ class Api:
     def close(self) -> None:
         self.lt.call(self.srv.stop())
         self.lt.stop()
+        self.listener.close()
 
 
-class NetkitDns:
-    def __init__(self, master: str, *args: str) -> None:
-        self.port, self.metrics, self.health, self.ready = (free_port() for _ in range(4))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "netkit", "dns", "--master", master, "--listen", f"127.0.0.1:{self.port}",
-             "--metrics-listen", f"127.0.0.1:{self.metrics}", "--health-listen", f"127.0.0.1:{self.health}",
-             "--ready-listen", f"127.0.0.1:{self.ready}", *args],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def ask(self, name: str, qtype: str = "A") -> dns.message.Message:
-        return dns.query.udp(dns.message.make_query(name, qtype), "127.0.0.1", port=self.port, timeout=1)
-
-    def get(self, port: int, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-
-    def stop(self) -> tuple[str, str]:
-        self.proc.terminate()
-        out, err = self.proc.communicate(timeout=20)
-        assert self.proc.returncode == 0, err
-        return out, err
+def netkit_dns(netns: str, master: str, *args: str) -> DnsProcess:
+    """`netkit dns --master MASTER` in `netns`, DNS and HTTP on the fixed ports there, queries logged
+    to stdout."""
+    return DnsProcess(netns, "--master", master, *IN_NETNS, *args, stdout=True)
 
 
 # A change is answered from its watch event (milliseconds on an idle machine; the next relist is
-# minutes away). 5 s leaves room for a loaded CI machine without letting a relist pass the test.
-CHANGE_TIMEOUT = 5.0
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except (dns.exception.Timeout, OSError):
-            pass
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+# minutes away). 30 s leaves room for a loaded machine without letting a relist pass the test.
+CHANGE_TIMEOUT = 30.0
 
 
 def addresses(m: dns.message.Message) -> list[str]:
@@ -118,38 +98,40 @@ def addresses(m: dns.message.Message) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def synced() -> Iterator[tuple[Api, NetkitDns]]:
-    api = Api()
+def synced(module_netns: str) -> Iterator[tuple[Api, DnsProcess]]:
+    api = Api(module_netns)
     api.start()
     api.create(service("web", "10.96.0.10"))
-    server = NetkitDns(api.url, "--upstream", "127.0.0.1:9")
+    server = netkit_dns(module_netns, api.url, "--upstream", "127.0.0.1:9")
     try:
-        wait_for(lambda: server.ask(f"web.default{Z}").rcode() == dns.rcode.NOERROR)
+        server.wait_for(lambda: server.ask(f"web.default{Z}").rcode() == dns.rcode.NOERROR)
         yield api, server
     finally:
         server.stop()
         api.close()
 
 
-def test_changes_are_resolvable_from_their_watch_events(synced: tuple[Api, NetkitDns]) -> None:
+def test_changes_are_resolvable_from_their_watch_events(synced: tuple[Api, DnsProcess]) -> None:
     api, server = synced
     api.create(service("fresh", "10.96.7.7"))
-    wait_for(lambda: addresses(server.ask(f"fresh.default{Z}")) == ["10.96.7.7"], timeout=CHANGE_TIMEOUT)
+    server.wait_for(lambda: addresses(server.ask(f"fresh.default{Z}")) == ["10.96.7.7"], timeout=CHANGE_TIMEOUT)
     api.delete("services", "default", "fresh")
-    wait_for(lambda: server.ask(f"fresh.default{Z}").rcode() == dns.rcode.NXDOMAIN, timeout=CHANGE_TIMEOUT)
+    server.wait_for(lambda: server.ask(f"fresh.default{Z}").rcode() == dns.rcode.NXDOMAIN, timeout=CHANGE_TIMEOUT)
 
 
-def test_headless_services_and_namespaces_are_watched_like_coredns(synced: tuple[Api, NetkitDns]) -> None:
+def test_headless_services_and_namespaces_are_watched_like_coredns(synced: tuple[Api, DnsProcess]) -> None:
     api, server = synced
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "empty"}})
-    wait_for(lambda: server.ask("empty.svc.cluster.local.").rcode() == dns.rcode.NOERROR, timeout=CHANGE_TIMEOUT)
+    server.wait_for(lambda: server.ask("empty.svc.cluster.local.").rcode() == dns.rcode.NOERROR,
+                    timeout=CHANGE_TIMEOUT)
     hl = service("db", "None")
     api.create(hl)
     api.create(headless_slice("db", ["10.244.1.5", "10.244.2.5"]))  # labelled headless: kube-proxy skips it
-    wait_for(lambda: addresses(server.ask(f"db.default{Z}")) == ["10.244.1.5", "10.244.2.5"], timeout=CHANGE_TIMEOUT)
+    server.wait_for(lambda: addresses(server.ask(f"db.default{Z}")) == ["10.244.1.5", "10.244.2.5"],
+                    timeout=CHANGE_TIMEOUT)
 
 
-def test_deploy_dns_cluster_role_covers_what_netkit_dns_requests(synced: tuple[Api, NetkitDns]) -> None:
+def test_deploy_dns_cluster_role_covers_what_netkit_dns_requests(synced: tuple[Api, DnsProcess]) -> None:
     """deploy/dns/10-rbac.yaml (kubeadm's system:coredns) allows every request of a running netkit dns
     (no Pods in insecure mode), and grants only list and watch."""
     import yaml
@@ -166,12 +148,12 @@ def test_deploy_dns_cluster_role_covers_what_netkit_dns_requests(synced: tuple[A
     assert granted == {(g, r, v) for g, r in used | {("", "endpoints"), ("", "pods")} for v in ("list", "watch")}
 
 
-def test_metrics_have_coredns_names_and_labels(synced: tuple[Api, NetkitDns]) -> None:
+def test_metrics_have_coredns_names_and_labels(synced: tuple[Api, DnsProcess]) -> None:
     _, server = synced
     for _ in range(3):
         server.ask(f"web.default{Z}")
         server.ask(f"nope.default{Z}")
-    status, text = server.get(server.metrics, "/metrics")
+    status, text = server.get(METRICS_PORT, "/metrics")
     assert status == 200
     families = {f.name: f for f in text_string_to_metric_families(text)}
     for spec in COREDNS_METRICS:
@@ -192,30 +174,29 @@ def test_metrics_have_coredns_names_and_labels(synced: tuple[Api, NetkitDns]) ->
     assert value("coredns_cache_hits_total", type="denial") >= 2
     assert value("coredns_dns_request_duration_seconds_count", type="A") >= 6
     server_label = {s.labels["server"] for s in families["coredns_dns_requests"].samples}
-    assert server_label == {f"dns://127.0.0.1:{server.port}"}
+    assert server_label == {f"dns://127.0.0.1:{DNS_PORT}"}
 
 
-def test_health_is_ok(synced: tuple[Api, NetkitDns]) -> None:
+def test_health_is_ok(synced: tuple[Api, DnsProcess]) -> None:
     _, server = synced
-    assert server.get(server.health, "/health") == (200, "OK")
-    assert server.get(server.ready, "/ready") == (200, "OK")
+    assert server.get(HEALTH_PORT, "/health") == (200, "OK")
+    assert server.get(READY_PORT, "/ready") == (200, "OK")
 
 
-def test_servfail_with_soa_and_not_ready_until_the_first_list() -> None:
-    api_port = free_port()
-    up = TestUpstream()
-    server = NetkitDns(f"http://127.0.0.1:{api_port}", "--upstream", str(up.address), "--log-queries")
-    api = Api(api_port)
+def test_servfail_with_soa_and_not_ready_until_the_first_list(netns: str) -> None:
+    up = TestUpstream(host="127.0.0.2", netns=netns)
+    api = Api(netns)
+    server = netkit_dns(netns, api.url, "--upstream", "127.0.0.2:53", "--log-queries")
     try:
-        wait_for(lambda: server.get(server.health, "/health") == (200, "OK"))
-        assert server.get(server.ready, "/ready")[0] == 503
+        server.wait_for(lambda: server.get(HEALTH_PORT, "/health") == (200, "OK"))
+        assert server.get(READY_PORT, "/ready")[0] == 503
         early = server.ask(f"web.default{Z}")
         assert early.rcode() == dns.rcode.SERVFAIL
         assert [rr.rdtype for rr in early.authority] == [dns.rdatatype.SOA]
         assert server.ask("www.example.com.").answer  # names outside the zone need no sync
         api.create(service("web", "10.96.0.10"))
         api.start()
-        wait_for(lambda: server.get(server.ready, "/ready") == (200, "OK"))
+        server.wait_for(lambda: server.get(READY_PORT, "/ready") == (200, "OK"))
         assert addresses(server.ask(f"web.default{Z}")) == ["10.96.0.10"]
     finally:
         out, _ = server.stop()
@@ -227,25 +208,25 @@ def test_servfail_with_soa_and_not_ready_until_the_first_list() -> None:
     assert re.search(r'"A IN web\.default\.svc\.cluster\.local\. udp \d+ \w+ \d+" SERVFAIL', out)
 
 
-def test_dig_resolves_over_udp_and_tcp(synced: tuple[Api, NetkitDns]) -> None:
+def test_dig_resolves_over_udp_and_tcp(synced: tuple[Api, DnsProcess]) -> None:
     dig = need_dig()
     _, server = synced
     for transport in ("+notcp", "+tcp"):
-        out = subprocess.run([dig, "@127.0.0.1", "-p", str(server.port), transport, "+short", "+tries=1", "+time=2",
+        out = subprocess.run(["ip", "netns", "exec", server.netns, dig, "@127.0.0.1", "-p", str(DNS_PORT), transport,
+                              "+short", "+tries=1", "+time=2",
                               f"web.default{Z}"], capture_output=True, text=True, timeout=10).stdout
         assert out.split() == ["10.96.0.10"], transport
 
 
-def test_a_corefile_names_the_api_with_the_kubernetes_plugins_endpoint(tmp_path: Path) -> None:
+def test_a_corefile_names_the_api_with_the_kubernetes_plugins_endpoint(tmp_path: Path, netns: str) -> None:
     """`kubernetes … { endpoint URL }` in a Corefile: the same watches as --master, and the zone,
     TTL and `namespaces` the Corefile says."""
-    api = Api()
+    api = Api(netns)
     api.start()
-    port, ready = free_port(), free_port()
     conf = tmp_path / "Corefile"
-    conf.write_text(f""".:{port} {{
+    conf.write_text(f""".:{DNS_PORT} {{
     bind 127.0.0.1
-    ready 127.0.0.1:{ready}
+    ready 127.0.0.1:{READY_PORT}
     kubernetes k8s.test {{
         endpoint {api.url}
         ttl 17
@@ -255,20 +236,14 @@ def test_a_corefile_names_the_api_with_the_kubernetes_plugins_endpoint(tmp_path:
 """)
     api.create(service("web", "10.96.0.10"))
     api.create(service("hidden", "10.96.0.11", ns="kube-system"))
-    proc = subprocess.Popen([sys.executable, "-m", "netkit", "dns", "--conf", str(conf)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def ask(name: str) -> dns.message.Message:
-        return dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=1)
-
+    server = DnsProcess(netns, "--conf", str(conf))
     try:
-        wait_for(lambda: ask("web.default.svc.k8s.test.").rcode() == dns.rcode.NOERROR, timeout=60)
-        assert ask("web.default.svc.k8s.test.").answer[0].ttl == 17
-        assert ask("hidden.kube-system.svc.k8s.test.").rcode() == dns.rcode.NXDOMAIN
+        server.wait_for(lambda: server.ask("web.default.svc.k8s.test.").rcode() == dns.rcode.NOERROR)
+        assert server.ask("web.default.svc.k8s.test.").answer[0].ttl == 17
+        assert server.ask("hidden.kube-system.svc.k8s.test.").rcode() == dns.rcode.NXDOMAIN
         api.create(service("late", "10.96.0.12"))
-        wait_for(lambda: ask("late.default.svc.k8s.test.").rcode() == dns.rcode.NOERROR, timeout=CHANGE_TIMEOUT)
+        server.wait_for(lambda: server.ask("late.default.svc.k8s.test.").rcode() == dns.rcode.NOERROR,
+                        timeout=CHANGE_TIMEOUT)
     finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
+        server.stop()
         api.close()
-    assert proc.returncode == 0, err

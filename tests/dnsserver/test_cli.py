@@ -15,23 +15,26 @@ from netkit.dns.config import cache_options, flags_config
 from netkit.dns.endpoints import parse_http_address
 from netkit.dns.upstream import Address, UpstreamError, parse_stub_domain
 from netkit.errors import NetkitError
+from netkit.netns import socket_in
 from tests.conftest import EXAMPLES, ROOT
-from tests.dnsserver.conftest import NO_HTTP, free_port
+from tests.dnsserver.conftest import DNS_PORT, NO_HTTP
+
+BUSY = 5300  # held by the test in its namespace
 
 
-def netkit_dns(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "netkit", "dns", "-f", str(EXAMPLES), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=30)
+def netkit_dns(netns: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`netkit dns` to its exit, in the test's own namespace: the ports it binds are free there."""
+    return subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "netkit", "dns", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
 
 
-def test_a_busy_port_is_one_line_and_exit_2() -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
+def test_a_busy_port_is_one_line_and_exit_2(netns: str) -> None:
+    with socket_in(netns, socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", BUSY))
         busy.listen()
-        port = busy.getsockname()[1]
-        dns_busy = netkit_dns("--listen", f"127.0.0.1:{port}", *NO_HTTP)
-        metrics_busy = netkit_dns("--listen", f"127.0.0.1:{free_port()}", *NO_HTTP,
-                                  "--metrics-listen", f"127.0.0.1:{port}")
+        dns_busy = netkit_dns(netns, "-f", str(EXAMPLES), "--listen", f"127.0.0.1:{BUSY}", *NO_HTTP)
+        metrics_busy = netkit_dns(netns, "-f", str(EXAMPLES), "--listen", f"127.0.0.1:{DNS_PORT}", *NO_HTTP,
+                                  "--metrics-listen", f"127.0.0.1:{BUSY}")
     for proc, flag in ((dns_busy, "--listen"), (metrics_busy, "--metrics-listen")):
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
@@ -43,15 +46,16 @@ def test_a_busy_port_is_one_line_and_exit_2() -> None:
     ("6m", "caching SERVFAIL responses over 5 minutes is not permitted"),
     ("-1s", "invalid negative ttl for servfail"), ("soon", "'soon' is not a duration"),
 ])
-def test_a_bad_servfail_duration_is_one_line_and_exit_2(value: str, reason: str) -> None:
-    proc = netkit_dns("--listen", f"127.0.0.1:{free_port()}", *NO_HTTP, f"--cache-servfail={value}")
+def test_a_bad_servfail_duration_is_one_line_and_exit_2(netns: str, value: str, reason: str) -> None:
+    proc = netkit_dns(netns, "-f", str(EXAMPLES), "--listen", f"127.0.0.1:{DNS_PORT}", *NO_HTTP,
+                      f"--cache-servfail={value}")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"netkit: error: --cache-servfail: {reason}"), lines
 
 
-def test_bad_stub_domains_and_addresses_are_refused() -> None:
-    proc = netkit_dns("--stub-domain", "example.com", *NO_HTTP)
+def test_bad_stub_domains_and_addresses_are_refused(netns: str) -> None:
+    proc = netkit_dns(netns, "-f", str(EXAMPLES), "--stub-domain", "example.com", *NO_HTTP)
     assert proc.returncode == 2 and proc.stderr.startswith("netkit: error: 'example.com': expected DOMAIN=")
     assert parse_stub_domain("Corp.Example.com=10.0.0.5,10.0.0.6:5353") == (
         ("corp", "example", "com"), [Address("10.0.0.5"), Address("10.0.0.6", 5353)])
@@ -64,10 +68,9 @@ def test_bad_stub_domains_and_addresses_are_refused() -> None:
         parse_http_address("localhost:80", "--ready-listen")
 
 
-def test_no_api_configuration_is_one_line(tmp_path: object) -> None:
-    proc = subprocess.run([sys.executable, "-m", "netkit", "dns", "--kubeconfig", "/nonexistent/kubeconfig",
-                           "--listen", f"127.0.0.1:{free_port()}", *NO_HTTP],
-                          cwd=ROOT, capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+def test_no_api_configuration_is_one_line(netns: str) -> None:
+    proc = netkit_dns(netns, "--kubeconfig", "/nonexistent/kubeconfig", "--listen", f"127.0.0.1:{DNS_PORT}", *NO_HTTP,
+                      env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["netkit: error: --kubeconfig /nonexistent/kubeconfig: no such file"]
 

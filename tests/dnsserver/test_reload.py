@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,8 +11,7 @@ import dns.query
 import dns.rcode
 import pytest
 
-from tests.conftest import ROOT
-from tests.dnsserver.conftest import NO_HTTP, free_port
+from tests.dnsserver.conftest import DNS_PORT, NO_HTTP, DnsProcess
 
 Z = ".svc.cluster.local."
 
@@ -29,77 +25,61 @@ spec: {{clusterIP: {ip}, ports: [{{name: http, port: 80}}]}}
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+def served(tmp_path: Path, netns: str) -> Iterator[tuple[Path, DnsProcess]]:
+    """`netkit dns -f DIR` in the test's namespace; its upstream: nothing there, so no query leaves it."""
     (tmp_path / "a.yaml").write_text(svc("alpha", "10.96.1.1"))
-    port = free_port()
-    dead = free_port()  # the upstream: nothing there, so no query leaves loopback
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "netkit", "dns", "-f", str(tmp_path), "--listen", f"127.0.0.1:{port}",
-         "--upstream", f"127.0.0.1:{dead}", "--upstream-timeout", "0.2", *NO_HTTP],
-        cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    server = DnsProcess(netns, "-f", str(tmp_path), "--listen", f"127.0.0.1:{DNS_PORT}",
+                        "--upstream", "127.0.0.1:9", "--upstream-timeout", "0.2", *NO_HTTP)
     try:
-        wait_for(lambda: rcode(port, f"alpha.default{Z}") == dns.rcode.NOERROR)
-        yield tmp_path, port
+        server.wait_for(lambda: rcode(server, f"alpha.default{Z}") == dns.rcode.NOERROR)
+        yield tmp_path, server
     finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=10)
-        print(err)
-    assert proc.returncode == 0, err
+        server.stop()
 
 
-def rcode(port: int, name: str) -> int | None:
+def rcode(server: DnsProcess, name: str) -> int | None:
     try:
-        m = dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=0.5)
-    except (TimeoutError, OSError, dns.exception.Timeout):
+        return server.ask(name).rcode()
+    except (OSError, dns.exception.Timeout):
         return None
-    return m.rcode()
 
 
-def address(port: int, name: str) -> str | None:
+def address(server: DnsProcess, name: str) -> str | None:
     try:
-        m = dns.query.udp(dns.message.make_query(name, "A"), "127.0.0.1", port=port, timeout=0.5)
-    except (TimeoutError, OSError, dns.exception.Timeout):
+        m = server.ask(name)
+    except (OSError, dns.exception.Timeout):
         return None
     return next((str(r) for rrset in m.answer for r in rrset), None)
 
 
-def wait_for(cond: object, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
-
-
-def test_reload_on_file_change(served: tuple[Path, int]) -> None:
-    path, port = served
-    assert rcode(port, f"beta.default{Z}") == dns.rcode.NXDOMAIN
+def test_reload_on_file_change(served: tuple[Path, DnsProcess]) -> None:
+    path, server = served
+    assert rcode(server, f"beta.default{Z}") == dns.rcode.NXDOMAIN
     (path / "b.yaml").write_text(svc("beta", "10.96.1.2"))  # a new file
-    wait_for(lambda: rcode(port, f"beta.default{Z}") == dns.rcode.NOERROR)
+    server.wait_for(lambda: rcode(server, f"beta.default{Z}") == dns.rcode.NOERROR)
     (path / "a.yaml").write_text(svc("gamma", "10.96.1.3"))  # a changed file
-    wait_for(lambda: rcode(port, f"gamma.default{Z}") == dns.rcode.NOERROR)
-    assert rcode(port, f"alpha.default{Z}") == dns.rcode.NXDOMAIN
+    server.wait_for(lambda: rcode(server, f"gamma.default{Z}") == dns.rcode.NOERROR)
+    assert rcode(server, f"alpha.default{Z}") == dns.rcode.NXDOMAIN
 
 
-def test_a_file_that_cannot_be_read_keeps_the_previous_view(served: tuple[Path, int]) -> None:
-    path, port = served
+def test_a_file_that_cannot_be_read_keeps_the_previous_view(served: tuple[Path, DnsProcess]) -> None:
+    path, server = served
     (path / "a.yaml").write_text("kind: Service\nmetadata: [unclosed\n")
     (path / "c.yaml").write_text(svc("delta", "10.96.1.4"))
     # The other file's change is served; the broken file keeps its last good objects (no stale NXDOMAIN).
-    wait_for(lambda: rcode(port, f"delta.default{Z}") == dns.rcode.NOERROR)
-    assert rcode(port, f"alpha.default{Z}") == dns.rcode.NOERROR
+    server.wait_for(lambda: rcode(server, f"delta.default{Z}") == dns.rcode.NOERROR)
+    assert rcode(server, f"alpha.default{Z}") == dns.rcode.NOERROR
     (path / "a.yaml").write_text(svc("alpha", "10.96.1.9"))
-    wait_for(lambda: address(port, f"alpha.default{Z}") == "10.96.1.9")
+    server.wait_for(lambda: address(server, f"alpha.default{Z}") == "10.96.1.9")
 
 
-def test_namespace_objects_in_the_files_count(served: tuple[Path, int]) -> None:
+def test_namespace_objects_in_the_files_count(served: tuple[Path, DnsProcess]) -> None:
     """A Namespace without Services is NODATA, not NXDOMAIN; its pod names answer (pods insecure, the
     default), those of a namespace that does not exist are NXDOMAIN — as CoreDNS with the API."""
-    path, port = served
-    assert rcode(port, "quiet.svc.cluster.local.") == dns.rcode.NXDOMAIN
-    assert rcode(port, "10-244-1-5.quiet.pod.cluster.local.") == dns.rcode.NXDOMAIN
+    path, server = served
+    assert rcode(server, "quiet.svc.cluster.local.") == dns.rcode.NXDOMAIN
+    assert rcode(server, "10-244-1-5.quiet.pod.cluster.local.") == dns.rcode.NXDOMAIN
     (path / "ns.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: quiet}\n")
-    wait_for(lambda: rcode(port, "quiet.svc.cluster.local.") == dns.rcode.NOERROR)
-    assert address(port, "10-244-1-5.quiet.pod.cluster.local.") == "10.244.1.5"
-    assert rcode(port, "10-244-1-5.elsewhere.pod.cluster.local.") == dns.rcode.NXDOMAIN
+    server.wait_for(lambda: rcode(server, "quiet.svc.cluster.local.") == dns.rcode.NOERROR)
+    assert address(server, "10-244-1-5.quiet.pod.cluster.local.") == "10.244.1.5"
+    assert rcode(server, "10-244-1-5.elsewhere.pod.cluster.local.") == dns.rcode.NXDOMAIN
