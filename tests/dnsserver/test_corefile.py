@@ -5,18 +5,16 @@ start), with CoreDNS's reload metrics, and
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import dns.exception
 import dns.message
 import dns.query
 import dns.rcode
@@ -24,14 +22,23 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from netkit.dns.config import corefile_digest
-from tests.conftest import EXAMPLES, ROOT
-from tests.dnsserver.conftest import TestUpstream, free_port
+from netkit.netns import socket_in
+from tests.conftest import EXAMPLES
+from tests.dnsserver.conftest import (
+    DNS_PORT,
+    HEALTH_PORT,
+    METRICS_PORT,
+    READY_PORT,
+    DnsProcess,
+    TestUpstream,
+    ask_in,
+)
 
 WEB = "web.default.svc.cluster.local."
 
 
 def corefile(port: int, ready: int, *, ttl: int = 30, extra: str = "", lameduck: str = "") -> str:
-    health = f"health 127.0.0.1:{free_port()} {{\n        lameduck {lameduck}\n    }}" if lameduck else ""
+    health = f"health 127.0.0.1:{HEALTH_PORT} {{\n        lameduck {lameduck}\n    }}" if lameduck else ""
     return f""".:{port} {{
     errors
     bind 127.0.0.1
@@ -47,69 +54,42 @@ def corefile(port: int, ready: int, *, ttl: int = 30, extra: str = "", lameduck:
 """
 
 
-class Served:
-    """`netkit dns --conf` on the examples, its stderr collected line by line."""
+class Served(DnsProcess):
+    """`netkit dns --conf` on the examples in the test's namespace, its stderr collected line by line."""
 
-    def __init__(self, conf: Path, port: int, ready: int) -> None:
-        self.port, self.ready = port, ready
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "netkit", "dns", "--conf", str(conf), "-f", str(EXAMPLES)],
-                                     cwd=ROOT, stderr=subprocess.PIPE, text=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+    def __init__(self, netns: str, conf: Path) -> None:
+        super().__init__(netns, "--conf", str(conf), "-f", str(EXAMPLES))
 
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-
-    def ask(self, name: str = WEB, qtype: str = "A") -> dns.message.Message | None:
+    def ask(self, name: str = WEB, qtype: str = "A") -> dns.message.Message | None:  # type: ignore[override]
         try:
-            return dns.query.udp(dns.message.make_query(name, qtype), "127.0.0.1", port=self.port, timeout=1)
+            return ask_in(self.netns, name, qtype)
         except (dns.exception.Timeout, OSError):
             return None
 
     def ready_status(self) -> int | None:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ready}/ready", timeout=2) as r:
-                return int(r.status)
-        except urllib.error.HTTPError as exc:
-            return exc.code
-        except OSError:
+            return self.get(READY_PORT, "/ready")[0]
+        except (OSError, http.client.HTTPException):
             return None
 
     def metric(self, port: int, name: str) -> dict[tuple[tuple[str, str], ...], float]:
         """The samples of one metric family: labels → value."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
+        status, text = self.get(port, "/metrics")
+        assert status == 200, text
         return {tuple(sorted(s.labels.items())): s.value for f in text_string_to_metric_families(text)
                 for s in f.samples if s.name == name}
 
-    def said(self, text: str) -> bool:
-        return any(text in line for line in self.lines)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-
 
 def wait_for(what: Callable[[], bool], served: Served, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not what():
-        if served.proc.poll() is not None:
-            pytest.fail(f"netkit dns exited {served.proc.returncode}: {''.join(served.lines)}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout}s; stderr: {''.join(served.lines)}")
-        time.sleep(0.1)
+    served.wait_for(what, timeout)
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[[Path, int, int], Served]]:
+def serve(netns: str) -> Iterator[Callable[[Path], Served]]:
     started: list[Served] = []
 
-    def start(conf: Path, port: int, ready: int) -> Served:
-        started.append(Served(conf, port, ready))
+    def start(conf: Path) -> Served:
+        started.append(Served(netns, conf))
         return started[-1]
 
     yield start
@@ -135,12 +115,12 @@ def ttl_of(reply: dns.message.Message | None) -> int | None:
 
 
 def test_reload_follows_the_configmap_swap_and_keeps_the_old_config_on_errors(
-        tmp_path: Path, serve: Callable[[Path, int, int], Served]) -> None:
-    port, ready, metrics = free_port(), free_port(), free_port()
+        tmp_path: Path, serve: Callable[[Path], Served]) -> None:
+    port, ready, metrics = DNS_PORT, READY_PORT, METRICS_PORT
     extra = f"reload 2s 1s\n    prometheus 127.0.0.1:{metrics}"
     first = corefile(port, ready, ttl=30, extra=extra)
     configmap_volume(tmp_path, first, 1)
-    served = serve(tmp_path / "Corefile", port, ready)
+    served = serve(tmp_path / "Corefile")
     wait_for(lambda: ttl_of(served.ask()) == 30, served)
     assert served.metric(metrics, "coredns_reload_version_info") == {
         (("hash", "sha512"), ("value", corefile_digest(first))): 1.0}
@@ -180,10 +160,11 @@ def test_reload_follows_the_configmap_swap_and_keeps_the_old_config_on_errors(
     assert served.ready_status() == 200
     assert served.metric(metrics, "coredns_reload_failed_total") == {(): 1.0}
 
-    with socket.socket() as busy:  # a Corefile that reads well but cannot start: the old one starts again
-        busy.bind(("127.0.0.1", 0))
+    # a Corefile that reads well but cannot start: the old one starts again
+    with socket_in(served.netns, socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 5300))
         busy.listen()
-        configmap_volume(tmp_path, corefile(busy.getsockname()[1], ready, ttl=5, extra=extra), 4)
+        configmap_volume(tmp_path, corefile(5300, ready, ttl=5, extra=extra), 4)
         wait_for(lambda: served.said("starting the previous Corefile again"), served)
         wait_for(lambda: ttl_of(served.ask()) == 7, served)
     assert served.metric(metrics, "coredns_reload_failed_total") == {(): 2.0}
@@ -194,10 +175,10 @@ def test_reload_follows_the_configmap_swap_and_keeps_the_old_config_on_errors(
 
 
 def test_lameduck_answers_while_ready_says_no_then_exits_0(
-        tmp_path: Path, serve: Callable[[Path, int, int], Served]) -> None:
-    port, ready = free_port(), free_port()
+        tmp_path: Path, serve: Callable[[Path], Served]) -> None:
+    port, ready = DNS_PORT, READY_PORT
     (tmp_path / "Corefile").write_text(corefile(port, ready, lameduck="4s"))
-    served = serve(tmp_path / "Corefile", port, ready)
+    served = serve(tmp_path / "Corefile")
     wait_for(lambda: served.ready_status() == 200 and served.ask() is not None, served)
 
     served.proc.send_signal(signal.SIGTERM)
@@ -210,20 +191,20 @@ def test_lameduck_answers_while_ready_says_no_then_exits_0(
     assert served.ask() is None
 
 
-def test_without_lameduck_sigterm_exits_at_once(tmp_path: Path, serve: Callable[[Path, int, int], Served]) -> None:
-    port, ready = free_port(), free_port()
+def test_without_lameduck_sigterm_exits_at_once(tmp_path: Path, serve: Callable[[Path], Served]) -> None:
+    port, ready = DNS_PORT, READY_PORT
     (tmp_path / "Corefile").write_text(corefile(port, ready))
-    served = serve(tmp_path / "Corefile", port, ready)
+    served = serve(tmp_path / "Corefile")
     wait_for(lambda: served.ready_status() == 200, served)
     served.proc.send_signal(signal.SIGTERM)
     assert served.proc.wait(30) == 0
     assert not served.said("lameduck")
 
 
-def test_serve_stale_through_a_corefile(tmp_path: Path, serve: Callable[[Path, int, int], Served]) -> None:
-    upstream = TestUpstream(host="127.0.0.24")
+def test_serve_stale_through_a_corefile(tmp_path: Path, netns: str, serve: Callable[[Path], Served]) -> None:
+    upstream = TestUpstream(host="127.0.0.24", netns=netns)
     try:
-        port, ready, metrics = free_port(), free_port(), free_port()
+        port, ready, metrics = DNS_PORT, READY_PORT, METRICS_PORT
         extra = f"""prometheus 127.0.0.1:{metrics}
     forward . 127.0.0.24:{upstream.port}
     cache 30 {{
@@ -233,7 +214,7 @@ def test_serve_stale_through_a_corefile(tmp_path: Path, serve: Callable[[Path, i
         prefetch 100
     }}"""
         (tmp_path / "Corefile").write_text(corefile(port, ready, extra=extra))
-        served = serve(tmp_path / "Corefile", port, ready)
+        served = serve(tmp_path / "Corefile")
         wait_for(lambda: served.ask("www.example.com.") is not None, served)
         upstream.mute = True  # the upstream goes silent; the answer expires (TTL 1)
         time.sleep(1.2)
@@ -246,41 +227,34 @@ def test_serve_stale_through_a_corefile(tmp_path: Path, serve: Callable[[Path, i
         upstream.close()
 
 
-def test_autopath_through_a_corefile(tmp_path: Path) -> None:
+def test_autopath_through_a_corefile(tmp_path: Path, netns: str) -> None:
     """A pod at 127.0.0.41 (namespace other) asks `web.default.other.svc…` once and gets web.default's
     address under a CNAME; the Corefile says `autopath @kubernetes` with `pods verified`."""
-    port, ready = free_port(), free_port()
     (tmp_path / "pod.yaml").write_text(  # a file source waits for a Service in every file
         "apiVersion: v1\nkind: Pod\nmetadata: {name: client, namespace: other}\nstatus: {podIPs: [{ip: 127.0.0.41}]}\n"
         "---\napiVersion: v1\nkind: Service\nmetadata: {name: client, namespace: other}\n"
         "spec: {clusterIP: 10.96.7.7, ports: [{port: 80}]}\n")
-    text = corefile(port, ready).replace("pods insecure", "pods verified")
+    text = corefile(DNS_PORT, READY_PORT).replace("pods insecure", "pods verified")
     text = text.replace("    errors\n", "    errors\n    autopath @kubernetes\n")
     (tmp_path / "Corefile").write_text(text)
-    proc = subprocess.Popen([sys.executable, "-m", "netkit", "dns", "--conf", str(tmp_path / "Corefile"),
-                             "-f", str(EXAMPLES), "-f", str(tmp_path / "pod.yaml")],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    server = DnsProcess(netns, "--conf", str(tmp_path / "Corefile"), "-f", str(EXAMPLES),
+                        "-f", str(tmp_path / "pod.yaml"))
+    asked = "web.default.other.svc.cluster.local."
+    q = dns.message.make_query(asked, "A")
+
+    def from_pod() -> dns.message.Message:
+        with socket_in(netns, socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.bind(("127.0.0.41", 0))
+            sock.setblocking(False)
+            return dns.query.udp(q, "127.0.0.1", port=DNS_PORT, timeout=1, sock=sock)
+
     try:
-        asked = "web.default.other.svc.cluster.local."
-        q = dns.message.make_query(asked, "A")
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "no answer but SERVFAIL from netkit dns"
-            try:
-                m = dns.query.udp(q, "127.0.0.1", port=port, timeout=1, source="127.0.0.41")
-            except (dns.exception.Timeout, OSError):
-                continue
-            if m.rcode() != dns.rcode.SERVFAIL:  # SERVFAIL until the first complete list
-                break
-            time.sleep(0.1)
+        server.wait_for(lambda: from_pod().rcode() != dns.rcode.SERVFAIL)  # SERVFAIL until the first complete list
+        m = from_pod()
         assert m.rcode() == dns.rcode.NOERROR
         assert m.answer[0].name.to_text() == asked and m.answer[0][0].to_text() == WEB
         assert m.answer[1].name.to_text() == WEB
-        plain = dns.query.udp(q, "127.0.0.1", port=port, timeout=5)  # not a pod: as usual
+        plain = ask_in(netns, asked, timeout=5)  # not a pod: as usual
         assert plain.rcode() == dns.rcode.NXDOMAIN
     finally:
-        proc.kill()
-        proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
+        server.stop()
