@@ -71,6 +71,13 @@ def dns_argv(cluster_dir: Path) -> list[str]:
             "--resolv-conf", str(d / "resolv.conf"), "--upstream-timeout", "0.5"]
 
 
+def grace_period(pod: Any) -> float:
+    """How long kubelet lets a pod's containers stop after SIGTERM: its terminationGracePeriodSeconds,
+    30 s when unset (a DNS pod's `lameduck 5s` fits in it)."""
+    value = ((pod or {}).get("spec") or {}).get("terminationGracePeriodSeconds")
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 30.0
+
+
 def api_listener(netns: str, host: str = "127.0.0.1") -> socket.socket:
     def make() -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -88,8 +95,9 @@ class Supervised:
     container under kubelet."""
 
     def __init__(self, name: str, netns: str, argv: Sequence[str], log: Path,
-                 on_change: Callable[[], None]) -> None:
+                 on_change: Callable[[], None], grace: float = 3.0) -> None:
         self.name, self.netns, self.argv, self.log = name, netns, list(argv), log
+        self.grace = grace  # SIGTERM, then SIGKILL after this long (a pod's terminationGracePeriodSeconds)
         self.proc: asyncio.subprocess.Process | None = None
         self.restarts = 0
         self.last_exit: int | None = None
@@ -121,7 +129,9 @@ class Supervised:
     def pid(self) -> int:
         return self.proc.pid if self.proc is not None and self.proc.returncode is None else 0
 
-    async def stop(self, grace: float = 3.0) -> None:
+    async def stop(self, grace: float | None = None) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds (None: the process's own grace period)."""
+        grace = self.grace if grace is None else grace
         self.stopping = True
         proc = self.proc
         if proc is not None and proc.returncode is None:
@@ -258,7 +268,8 @@ class ControlPlane:
                 self.api_sites[name] = await self.srv.serve_socket(api_listener(netns))
             except OSError as exc:
                 print(f"pod {name}: API socket: {exc}", file=sys.stderr, flush=True)
-            sup = Supervised(name, netns, dns_argv(self.dir), self.logs / f"dns-{name}.log", self.write_status)
+            sup = Supervised(name, netns, dns_argv(self.dir), self.logs / f"dns-{name}.log", self.write_status,
+                             grace=grace_period(pod))
             self.dns[name] = sup
             sup.start()
             asyncio.ensure_future(self.mark_ready_when(name, pod, lambda: dns_ready(netns)))
@@ -342,7 +353,8 @@ class ControlPlane:
     async def stop(self) -> None:
         for echo in self.echo.values():
             echo.close()
-        await asyncio.gather(*(s.stop() for s in [*self.daemons.values(), *self.dns.values()]))
+        # The whole cluster goes: nothing is left to drain, so no pod waits out its grace period.
+        await asyncio.gather(*(s.stop(grace=3.0) for s in [*self.daemons.values(), *self.dns.values()]))
         await self.srv.stop()
 
 
