@@ -172,7 +172,11 @@ def test_the_worker_never_blocks_the_submitter_and_merges_and_retries() -> None:
         worker.submit(a)
         wait_for(lambda: len(cleaner.calls) == 1)
         # While the first pass is held (until `release`): a submit that waited for it would never return.
-        submitter = threading.Thread(target=lambda: (worker.submit(b), worker.submit(a)), daemon=True)
+        def submit_both() -> None:
+            worker.submit(b)
+            worker.submit(a)
+
+        submitter = threading.Thread(target=submit_both, daemon=True)
         submitter.start()
         submitter.join(60)
         assert not submitter.is_alive(), "submit waited for the running pass"
