@@ -95,15 +95,15 @@ def test_the_cache_flags_are_lines_of_the_cache_block() -> None:
     ("--cache-serve-stale", "1m nono", "invalid value for serve_stale refresh mode: nono"),
     ("--cache-serve-stale", "20", "serve_stale: not a duration"),
 ])
-def test_a_bad_cache_option_is_one_line_and_exit_2(flag: str, value: str, reason: str) -> None:
-    proc = netkit_dns("--listen", f"127.0.0.1:{free_port()}", *NO_HTTP, flag, value)
+def test_a_bad_cache_option_is_one_line_and_exit_2(netns: str, flag: str, value: str, reason: str) -> None:
+    proc = netkit_dns(netns, "-f", str(EXAMPLES), "--listen", f"127.0.0.1:{DNS_PORT}", *NO_HTTP, flag, value)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"netkit: error: {flag}: {reason}"), lines
 
 
-def test_autopath_without_pods_verified_is_one_line_and_exit_2() -> None:
-    proc = netkit_dns("--listen", f"127.0.0.1:{free_port()}", *NO_HTTP, "--autopath")
+def test_autopath_without_pods_verified_is_one_line_and_exit_2(netns: str) -> None:
+    proc = netkit_dns(netns, "-f", str(EXAMPLES), "--listen", f"127.0.0.1:{DNS_PORT}", *NO_HTTP, "--autopath")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines == ["netkit: error: autopath @kubernetes needs pods verified "
