@@ -40,7 +40,7 @@ def run(coro: Coroutine[Any, Any, T], timeout: float = RUN_TIMEOUT) -> T:
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+async def eventually(check: Callable[[], bool], timeout: float = EVENT_TIMEOUT, what: str = "condition") -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not check():

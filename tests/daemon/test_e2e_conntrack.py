@@ -289,7 +289,7 @@ def test_stale_udp_flows_go_like_kube_proxys(node_ns: str, tmp_path: Path, mode:
 
     async def settled(daemon: Daemon, manifests_now: str) -> None:
         want = expected_fingerprint(manifests_now)
-        await eventually(lambda: fingerprint(daemon.state) == want and daemon.settled(), timeout=20,
+        await eventually(lambda: fingerprint(daemon.state) == want and daemon.settled(),
                          what=f"the daemon in {mode} mode to sync and clean up")
 
     async def scenario() -> None:

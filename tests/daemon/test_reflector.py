@@ -82,7 +82,7 @@ def test_a_stream_ending_at_its_timeout_is_resumed() -> None:
     async def scenario() -> None:
         async with TestApiServer() as srv, \
                 reflecting(srv, options=replace(FAST, min_watch_timeout=0.5)) as (r, events):
-            await eventually(lambda: r.stats.watches >= 2, timeout=4)
+            await eventually(lambda: r.stats.watches >= 2)
             assert r.stats.lists == 1 and r.stats.failures == 0
             srv.store.create(service("late", "10.96.0.9"))
             await eventually(lambda: "late" in updates(events, EventType.ADDED))
@@ -123,9 +123,9 @@ def test_a_silent_dead_stream_is_noticed_by_the_read_timeout() -> None:
             async with reflecting(srv, options=opts) as (r, events):
                 await eventually(lambda: srv.open_watches == 1)
                 srv.stall_watches()
-                await eventually(lambda: r.stats.failures >= 1, timeout=4, what="the read timeout")
+                await eventually(lambda: r.stats.failures >= 1, what="the read timeout")
                 srv.store.create(service("after", "10.96.0.7"))
-                await eventually(lambda: "after" in updates(events, EventType.ADDED), timeout=4)
+                await eventually(lambda: "after" in updates(events, EventType.ADDED))
                 assert r.stats.lists == 1
 
     run(scenario())
