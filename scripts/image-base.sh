@@ -12,7 +12,12 @@ PIP=${PIP:-.venv/bin/python -m pip}
 # installed by this machine's pip (its configuration, its index) for the root's Python, as
 # manylinux wheels; then the trims run inside the root.
 if [ "${1:-}" = hook-deps ]; then
-  root=$2
+  root=${2:-}
+  # the hook installs, strips and deletes below $root: never let an empty or wrong one reach the host
+  if [ -z "$root" ] || [ "$root" = / ] || [ ! -d "$root/etc" ]; then
+    echo "netkit: error: image-base.sh hook-deps: '$root' is not a Debian root" >&2
+    exit 2
+  fi
   py=$(chroot "$root" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   chroot "$root" sh /tmp/image-finish.sh requirements /tmp >"$root/tmp/requirements.txt"
   # every manylinux tag the root's glibc satisfies (pip takes the platforms literally)

@@ -27,6 +27,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian's prometheus package is here for promtool alone; on a systemd host its postinst also starts
+  # a Prometheus server on :9090. One this script just installed is stopped and disabled again.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null \
+     && systemctl is-enabled prometheus >/dev/null 2>&1; then
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 PY=${PYTHON:-python3}

@@ -10,7 +10,8 @@ processes and labs while this one runs; this check blames only what carries this
   with the namespace prefix of one of the run's lab state directories (clusters), or as a lab
   recorded in one of them (labs);
 - processes whose environment carries the tag; without any run's tag, those whose command line
-  names the checkout or one of the run's state directories (all but pytest's own);
+  names one of the run's state directories (all but pytest's own; the checkout alone is not the
+  run's: another run, an editor or `make test-vm` in it names it too);
 - lab records: labs and clusters recorded in the run's state directories, and new ones in the
   machine's `/run/netkit-lab` that a process of the run names (a test that escaped its state dir);
 - veths in the machine's own namespace whose peer is in one of the run's namespaces.
@@ -93,7 +94,10 @@ def fresh(before: Picture, after: Picture) -> Picture:
 def processes(scope: Scope) -> dict[str, str]:
     """{"PID:STARTTIME": "pid PID: COMMAND LINE"} of the run's processes, pytest's own left out."""
     own = pytest_processes()
-    markers = [str(scope.checkout), str(scope.state_root)]
+    # An untagged process counts only when it names one of the run's state directories: naming the
+    # checkout is not enough, since another run, an editor or `make test-vm` in the same checkout
+    # does too, and the guard would kill them.
+    markers = [str(scope.state_root)]
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in own:

@@ -114,8 +114,12 @@ class _Netlink:
 
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        self.sock.bind((0, 0))
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            self.sock.bind((0, 0))
+        except OSError:
+            self.sock.close()
+            raise
         self.seq = int(time.time()) & 0xFFFF_FFF
 
     def __enter__(self) -> _Netlink:

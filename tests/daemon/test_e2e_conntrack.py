@@ -232,8 +232,12 @@ TABLE: list[tuple[str, str, str, bool, set[str], set[str]]] = [
 
 @pytest.fixture
 def node_ns(ctns: str) -> str:
-    """`ctns` with the node IP on a veth that every other destination is routed out of."""
+    """`ctns` with the node IP on a veth that every other destination is routed out of. Its unreplied
+    UDP entries live 600 s, not the kernel's 30 s: on a loaded machine a case's sends, dumps and
+    restarts can take longer, and an entry that expired by itself would pass for a deleted one."""
     route_out(ctns, NODE_IP)
+    subprocess.run(["ip", "netns", "exec", ctns, "sysctl", "-qw", "net.netfilter.nf_conntrack_udp_timeout=600"],
+                   check=True, capture_output=True)
     return ctns
 
 

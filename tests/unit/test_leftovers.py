@@ -1,5 +1,6 @@
 """How the leftovers guard (tests/leftovers.py) tells this run's objects from another run's: by the
-run's tag in names and environments, by the checkout and state directories on command lines."""
+run's tag in names and environments, or by its state directories on command lines (never by the
+checkout alone: another run in the same checkout names it too)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tests.leftovers import Scope, new, runs_ours
 
 RUN = Scope("1a2b3c4d", None, Path("/tmp/netkit-test-1a2b3c4d"), Path("/work/wt/guard"))
 WORKER = Scope("1a2b3c4d", "gw1", RUN.state_root, RUN.checkout)
-MARKERS = [str(RUN.checkout), str(RUN.state_root)]
+MARKERS = [str(RUN.state_root)]
 
 
 @pytest.mark.parametrize(("name", "run", "worker"), [
@@ -34,7 +35,7 @@ def env(**values: str) -> list[bytes]:
     (b"sleep\x00600", env(NETKIT_TEST_RUN="1a2b3c4d"), True, False),
     (b"sleep\x00600", env(NETKIT_TEST_RUN="1a2b3c4d", PYTEST_XDIST_WORKER="gw1"), True, True),
     (b"/work/wt/guard/.venv/bin/python\x00-m\x00netkit", env(NETKIT_TEST_RUN="9a2b3c4d"), False, False),
-    (b"/work/wt/guard/.venv/bin/python\x00-m\x00netkit", env(), True, False),  # started without the tag
+    (b"/work/wt/guard/.venv/bin/python\x00-m\x00netkit", env(), False, False),  # untagged: maybe another run's
     (b"netkit\x00run\x00--config\x00/tmp/netkit-test-1a2b3c4d/gw0/clusters/abc123/c.conf", env(), True, False),
     (b"/work/wt/guardian/.venv/bin/python\x00-m\x00netkit", env(), False, False),  # another checkout
     (b"sleep\x00600", env(), False, False),

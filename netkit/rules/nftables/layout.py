@@ -21,7 +21,7 @@ services, and the kernel work of a sync is proportional to what changed:
   @endpoints-tcp-3f` — one rule per service port; its endpoints are the elements O … O+N-1 of one of
   a fixed number of shared endpoint maps (SHARDS per protocol). kube-proxy's layout (a chain per
   endpoint) made a full load of 10k services × 10 endpoints take 148 s here against 10.4 s without
-  endpoint chains (kernel-facts.md). Why shared and sharded (docs/nftables.md has the measurements):
+  endpoint chains (docs/nftables.md). Why shared and sharded (docs/nftables.md has the measurements):
   the kernel finds a set by name with a linear walk of the table's sets, and names each anonymous set
   by another such walk, so one map per service (named or anonymous) makes a load quadratic in the
   number of services; one map for all is quadratic too, because binding a map to a rule walks the
