@@ -269,7 +269,7 @@ def test_the_dns_deployment_is_a_drop_in_for_kubeadms_coredns(tmp_path: Path) ->
     conf = load(str(corefile))  # kubeadm's Corefile: the flags' defaults, on :53, with lameduck and reload
     assert dataclasses.replace(conf, listen=DEFAULTS.listen, lameduck=0.0, reload=0.0, reload_jitter=0.0, conf="",
                                conf_digest="") == DEFAULTS
-    assert (conf.listen, conf.lameduck, conf.reload) == ("0.0.0.0:53", 5.0, 30.0)
+    assert (conf.listen, conf.lameduck, conf.reload) == ("[::]:53", 5.0, 30.0)  # both families, as CoreDNS
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
