@@ -4,9 +4,13 @@ tests/daemon/test_e2e_programmed.py."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
-from netkit.lab.cluster import programmed
+import pytest
+
+from netkit.lab.cluster import lifecycle, programmed
+from netkit.lab.cluster.plan import Pod
 from netkit.lab.cluster.programmed import Progress
 from netkit.model import IPFamily
 from netkit.runtime.metrics import Metrics
@@ -61,3 +65,25 @@ def test_wait_names_the_nodes_that_never_programmed_it() -> None:
 def test_trigger_times_are_the_controllers_rfc3339() -> None:
     assert programmed.trigger_time("2027-01-15T08:00:00.250000Z") == 1_800_000_000.25
     assert programmed.trigger_time("") is None
+
+
+class _SlicesNeverUpdated:
+    """An API whose EndpointSlice still lists the pod as serving, with an old trigger time."""
+
+    def list(self, resource: str) -> list[dict[str, object]]:
+        assert resource == "endpointslices"
+        return [{"metadata": {"namespace": "default", "annotations": {
+                    "endpoints.kubernetes.io/last-change-trigger-time": "2020-01-01T00:00:00Z"}},
+                 "endpoints": [{"targetRef": {"name": "web-1"}, "conditions": {"terminating": False}}]}]
+
+
+def test_a_slice_never_published_as_terminating_is_waited_for_from_now_and_said(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Past the deadline the slice's trigger time is older than the change: using it would let every
+    node count as done at once. The wait then runs from now, and the lab says why it waited."""
+    pod = Pod("web-1", "default", "web", "node-1", 1, 11, "nkc-test-node-1")
+    before = time.time()
+    trigger = lifecycle.wait_published_terminating(_SlicesNeverUpdated(), (pod,), 0.1)  # type: ignore[arg-type]
+    assert trigger is not None and trigger >= before
+    assert "netkit: warning: lab cluster: the EndpointSlice controller had not published default/web-1" \
+        in capsys.readouterr().err

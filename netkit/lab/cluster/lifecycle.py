@@ -286,7 +286,10 @@ def remove(record: state.Record, pods: tuple[Pod, ...], grace_timeout: float) ->
         api.replace("pods", pod.namespace, objects.pod_object(record.cluster, pod, ready=True, terminating=stamp))
     trigger = wait_published_terminating(api, pods, grace_timeout)
     if trigger is not None:  # else no slice lists them: no node sends them anything
-        programmed.wait({n.name: n.netns for n in record.cluster.nodes}, trigger, grace_timeout)
+        late = programmed.wait({n.name: n.netns for n in record.cluster.nodes}, trigger, grace_timeout)
+        if late:  # removed all the same, as kubelet does after the grace period: but never silently
+            _warn(f"{', '.join(late)} had not programmed the removal of {_names(pods)} after "
+                  f"{grace_timeout:g} s; removing the pods anyway")
     for pod in pods:
         api.delete("pods", pod.namespace, pod.name)
     status = state.cluster_dir(record.cluster_id) / "status.json"
@@ -312,12 +315,24 @@ def wait_published_terminating(api: Api, pods: tuple[Pod, ...], timeout: float) 
             pending |= any(not (ep.get("conditions") or {}).get("terminating") for ep in listed)
             if listed:
                 triggers.append(programmed.trigger_time((meta.get("annotations") or {}).get(TRIGGER, "")))
-        if not pending or time.monotonic() > deadline:
+        if not pending:
             break
+        if time.monotonic() > deadline:  # the slices' times are older than the change: wait for now
+            _warn(f"the EndpointSlice controller had not published {_names(pods)} as terminating after "
+                  f"{timeout:g} s")
+            return time.time()
         time.sleep(0.05)
     if not triggers:
         return None
     return max(t if t is not None else time.time() for t in triggers)
+
+
+def _names(pods: tuple[Pod, ...]) -> str:
+    return ", ".join(f"{p.namespace}/{p.name}" for p in pods)
+
+
+def _warn(text: str) -> None:
+    print(f"netkit: warning: lab cluster: {text}", file=sys.stderr, flush=True)
 
 
 def read_echo(status: Path) -> list[str]:
