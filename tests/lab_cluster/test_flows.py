@@ -7,6 +7,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import dns.message
@@ -31,11 +32,31 @@ def queries(cluster: Record) -> Iterator[tuple[str, list[socket.socket]]]:
     query = dns.message.make_query("kube-dns.kube-system.svc.cluster.local", "A").to_wire()
     try:
         for s in socks:
-            s.sendto(query, ("10.96.0.10", 53))
+            answered(s, query)
         yield pod.node, socks
     finally:
         for s in socks:
             s.close()
+
+
+def answered(s: socket.socket, query: bytes, bound: float = 60.0) -> None:
+    """Send `query` from `s` until the cluster DNS answers it (the same socket: one flow): on a loaded
+    machine the DNS pods may not serve yet when the cluster is up, and a query rejected for want of
+    endpoints leaves no flow to count."""
+    s.settimeout(2.0)
+    deadline = time.monotonic() + bound
+    while True:
+        s.sendto(query, ("10.96.0.10", 53))
+        try:
+            s.recv(4096)
+            return
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise
+        except ConnectionRefusedError:  # the ICMP of a REJECT for a Service without endpoints
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
 
 
 def test_flows_on_the_node_the_queries_leave(cluster: Record, queries: tuple[str, list[socket.socket]]) -> None:
