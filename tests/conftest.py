@@ -9,6 +9,7 @@ the run left behind, and nothing of another run's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -84,8 +85,8 @@ def _private_xtables_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("XTABLES_LOCKFILE", str(tmp_path / "xtables.lock"))
 
 
-@pytest.fixture
-def netns() -> Iterator[str]:
+@contextlib.contextmanager
+def fresh_netns() -> Iterator[str]:
     """A fresh, empty network namespace with loopback up; removed afterwards, also on failure."""
     need_root_and("ip")
     name = netns_name()
@@ -95,6 +96,13 @@ def netns() -> Iterator[str]:
         yield name
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    """A fresh, empty network namespace with loopback up; removed afterwards, also on failure."""
+    with fresh_netns() as name:
+        yield name
 
 
 def route_out(netns: str, node_ip: str) -> None:

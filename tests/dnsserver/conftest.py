@@ -26,7 +26,7 @@ from netkit.dns.server import DnsServer
 from netkit.dns.upstream import Address, Forwarder, Router
 from netkit.dns.view import Options, View
 from netkit.netns import socket_in
-from tests.conftest import ROOT, need_root_and, netns_name
+from tests.conftest import ROOT, fresh_netns
 
 T = TypeVar("T")
 NO_HTTP = ("--metrics-listen", "", "--health-listen", "", "--ready-listen", "")  # no fixed ports in tests
@@ -253,14 +253,8 @@ def need_dig() -> str:
 @pytest.fixture(scope="module")
 def module_netns() -> Iterator[str]:
     """A network namespace with loopback up, for a module's shared server; removed afterwards."""
-    need_root_and("ip")
-    name = netns_name()
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+    with fresh_netns() as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
 
 
 def ask_in(netns: str, name: str, qtype: str = "A", port: int = DNS_PORT, timeout: float = 1) -> dns.message.Message:
