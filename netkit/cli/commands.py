@@ -256,7 +256,7 @@ def _diff(args: argparse.Namespace, progress: Progress) -> int:
                 done(Totals.of(changes).line())
             found = surveys.get(family)
             if found is None:
-                found = _leftovers(be.name, kernel.iptables_flavour, family, args.netns, live)
+                found = _leftovers(be.name, kernel.writes, family, args.netns, live)
             stale = leftover_lines(be.name, found)
             in_sync = (not changes) if flt.active else p.empty and not stale
             report[family.value] = FamilyDiff(in_sync, changes, p, be.foreign(live, desired) + stale, kept)
@@ -281,7 +281,7 @@ def _read_kernel(mode: str, family: IPFamily, kernel: Kernel[R, P],
     would print once it exists (Kernel.prefetch, dump_reusing): a kernel in sync is then
     not parsed, and the live ruleset shares the compiled one's rules. Otherwise the dump is read
     (and parsed) now."""
-    if kernel.prefetch() and (flavour := kernel.iptables_flavour) is not None:
+    if kernel.prefetch() and (flavour := cleanup.iptables_backend(kernel.writes)) is not None:
         complete = cleanup.leftovers_then(mode, family, netns, flavour)
 
         def finish(compiled: R) -> tuple[R, list[Survey]]:
@@ -290,7 +290,7 @@ def _read_kernel(mode: str, family: IPFamily, kernel: Kernel[R, P],
 
         return finish
     live = kernel.dump()
-    surveys = _leftovers(mode, kernel.iptables_flavour, family, netns, live)
+    surveys = _leftovers(mode, kernel.writes, family, netns, live)
     return lambda compiled: (live, surveys)
 
 
@@ -421,7 +421,7 @@ def _apply(be: Backend[R, P], inputs: Inputs, args: argparse.Namespace, interrup
         for k in kept:
             print(f"netkit: {family.value}: {k}: kept, invalid input (its live rules stay as they are)",
                   file=sys.stderr)
-        others = _leftovers(be.name, kernel.iptables_flavour, family, args.netns, live)
+        others = _leftovers(be.name, kernel.writes, family, args.netns, live)
         work.append((family, kernel, p, others))
     cleanup.refuse_if_blocked([s for *_, surveys in work for s in surveys])
     if interrupted.is_set():
@@ -480,10 +480,10 @@ def deferred_sigint() -> Iterator[threading.Event]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _leftovers(mode: str, backend: str | None, family: IPFamily, netns: str | None, live: object) -> list[Survey]:
-    """What modes other than `mode` left in the kernel (netkit.rules.cleanup.leftovers); `backend`:
-    the iptables flavour the mode's kernel edge uses, if any; `live`: that edge's dump."""
-    return cleanup.leftovers(mode, family, netns, backend=backend, known=live)
+def _leftovers(mode: str, writes: frozenset[str], family: IPFamily, netns: str | None, live: object) -> list[Survey]:
+    """What modes other than `mode` left in the kernel (netkit.rules.cleanup.leftovers); `writes`:
+    what the mode's kernel edge writes (Kernel.writes); `live`: that edge's dump."""
+    return cleanup.leftovers(mode, family, netns, writes=writes, known=live)
 
 
 def leftover_lines(mode: str, surveys: list[Survey]) -> list[str]:

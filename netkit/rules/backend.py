@@ -88,9 +88,11 @@ class Kernel(Protocol[R, P_contra]):
         while it decodes its input); False, reading nothing, where it cannot."""
 
     @property
-    def iptables_flavour(self) -> str | None:
-        """The iptables this edge writes with ("legacy" or "nft", detected when configured "auto"),
-        None when it writes no iptables rules (nftables mode, fakes)."""
+    def writes(self) -> frozenset[str]:
+        """What this edge writes, named by the kernel interface: "nftables", "ipvs",
+        "iptables-legacy" or "iptables-nft" (an iptables backend configured "auto" is detected when
+        asked); empty for a fake. netkit.rules.cleanup reads it to tell this edge's objects from
+        what another mode left."""
 
 
 class Compiler(Protocol[R_co]):

@@ -178,13 +178,19 @@ def survey(modes: Sequence[str], family: IPFamily, netns: str | None, *, keep: S
                   sets, _ipvs_services(family, netns) if ipvs else 0, ipvs and _has_link(netns), tuple(blockers))
 
 
-def leftovers(mode: str, family: IPFamily, netns: str | None, *, backend: str | None = None,
+def iptables_backend(writes: Iterable[str]) -> str | None:
+    """The iptables backend ("legacy", "nft") among what a kernel edge writes (Kernel.writes)."""
+    return next((w.removeprefix("iptables-") for w in sorted(writes) if w.startswith("iptables-")), None)
+
+
+def leftovers(mode: str, family: IPFamily, netns: str | None, *, writes: Iterable[str] = (),
               known: object = None) -> list[Survey]:
-    """What the other modes left on a node now programmed in `mode` — kube-proxy removes them when
-    it starts, so that two dataplanes never both see traffic. For the iptables mode in `backend`,
-    that includes every netkit chain in the other iptables backend; `known` is the iptables mode's
-    dump of `backend` taken before the apply (what other modes own in it, apply does not change);
-    any other mode's dump is not used."""
+    """What the other modes left on a node now programmed in `mode` by a kernel edge that writes
+    `writes` (Kernel.writes) — kube-proxy removes them when it starts, so that two dataplanes never
+    both see traffic. For the iptables mode, that includes every netkit chain in the iptables
+    backend it does not write; `known` is the iptables mode's dump of its backend taken before the
+    apply (what other modes own in it, apply does not change); any other mode's dump is not used."""
+    backend = iptables_backend(writes)
     if mode != "iptables" or not isinstance(known, Ruleset):
         known = None
     others = tuple(m for m in MODES if m != mode)
@@ -200,13 +206,13 @@ def leftovers(mode: str, family: IPFamily, netns: str | None, *, backend: str | 
 
 
 def leftovers_then(mode: str, family: IPFamily, netns: str | None, backend: str) -> Callable[[object], list[Survey]]:
-    """`leftovers(mode, family, netns, backend=backend, known=live)` in two steps, for an iptables
+    """`leftovers(mode, family, netns, writes=("iptables-" + backend,), known=live)` in two steps, for an iptables
     mode whose own dump is not read yet: everything that runs a tool is surveyed now (a thread does
     it while `netkit diff` decodes its input), and the function returned completes the survey from
     `live`, that backend's dump, without IO (the part of it that depends on the dump)."""
     if mode != "iptables" or backend not in IPTABLES_BACKENDS:
         raise ValueError(f"leftovers_then: iptables mode in legacy or nft, not {mode} {backend}")
-    first, *rest = leftovers(mode, family, netns, backend=backend, known=Ruleset(family))
+    first, *rest = leftovers(mode, family, netns, writes=(f"iptables-{backend}",), known=Ruleset(family))
     others = tuple(m for m in MODES if m != mode)
 
     def complete(live: object) -> list[Survey]:

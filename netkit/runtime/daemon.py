@@ -138,9 +138,9 @@ class Daemon:
             return Syncer(config, backend, self.options.families, netns=self.options.netns, on_plan=record)
 
         self._make_syncer = make_syncer
-        # which iptables the mode's kernel edge writes with (auto: detected when asked), for the leftovers
-        self._iptables_flavour: Callable[[IPFamily], str | None] = \
-            lambda family: backend.kernel(cfg, family, options.netns).iptables_flavour
+        # what the mode's kernel edge writes (an iptables backend "auto": detected when asked), for the leftovers
+        self._writes: Callable[[IPFamily], frozenset[str]] = \
+            lambda family: backend.kernel(cfg, family, options.netns).writes
         self.syncer = make_syncer(cfg)
         self.conntrack = CleanupWorker(ConntrackCleaner(options.netns), self._cleaned) if options.conntrack else None
         self.runner = Runner(self._sync, min_interval=cfg.min_sync_period, max_interval=cfg.sync_period)
@@ -503,9 +503,8 @@ class Daemon:
         cfg, netns = self.options.config, self.options.netns
         for family in self.options.families:
             try:
-                # the backend the iptables mode now uses (auto: detected from the canary just written)
-                backend = self._iptables_flavour(family) if cfg.mode == "iptables" else None
-                surveys = cleanup.leftovers(cfg.mode, family, netns, backend=backend)
+                # what the mode now writes (an iptables backend "auto": detected from the canary just written)
+                surveys = cleanup.leftovers(cfg.mode, family, netns, writes=self._writes(family))
                 if any(not s.empty for s in surveys):
                     cleanup.execute(surveys)
                     log.info("removed what other modes left", extra={

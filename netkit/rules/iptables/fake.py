@@ -32,8 +32,8 @@ class FakeKernel:
         return self.state
 
     @property
-    def iptables_flavour(self) -> str | None:
-        return None  # a fake writes with no iptables
+    def writes(self) -> frozenset[str]:
+        return frozenset()  # a fake writes no kernel
 
     def dump_reusing(self, committed: Ruleset) -> Ruleset:
         return self.dump()

@@ -82,8 +82,8 @@ class IptablesKernel:
         return detect_backend(self.family, self.netns)
 
     @property
-    def iptables_flavour(self) -> str | None:
-        return self.resolved_backend
+    def writes(self) -> frozenset[str]:
+        return frozenset({f"iptables-{self.resolved_backend}"})
 
     def tool(self, what: str) -> str:
         base = "iptables" if self.family is IPFamily.IPV4 else "ip6tables"

@@ -50,7 +50,7 @@ class FakeKernel:
         mine = owned(s.services, s.addresses, s.sets)
         return replace(s, services=mine, sets=tuple(x for x in s.sets if n.is_ours(x.name)))
 
-    iptables_flavour = None  # a fake writes no iptables rules
+    writes: frozenset[str] = frozenset()  # a fake writes no kernel
 
     def dump_reusing(self, committed: Ruleset) -> Ruleset:
         return self.dump()

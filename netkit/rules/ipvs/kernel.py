@@ -85,8 +85,8 @@ class IPVSKernel:
         return Ruleset(self.family, services, addresses, sets, payload)
 
     @property
-    def iptables_flavour(self) -> str | None:
-        return self.iptables.resolved_backend
+    def writes(self) -> frozenset[str]:
+        return frozenset({"ipvs", *self.iptables.writes})
 
     def dump_iptables(self, reuse: ipt.Ruleset | None = None) -> ipt.Ruleset:
         """IPVS mode's chains and the built-in chains (for the entry jumps); nobody else's chains.

@@ -36,7 +36,7 @@ class FakeKernel:
     def dump(self) -> Ruleset | None:
         return self.state
 
-    iptables_flavour = None  # a fake writes no iptables rules
+    writes: frozenset[str] = frozenset()  # a fake writes no kernel
 
     def dump_reusing(self, committed: Ruleset | None) -> Ruleset | None:
         return self.dump()

@@ -131,7 +131,7 @@ class NftKernel:
             with _listing_file(["nft", *LIST_OPTIONS, *command.split()], self.netns) as listed:
                 yield listed
 
-    iptables_flavour = None  # nftables mode writes no iptables rules
+    writes = frozenset({"nftables"})
 
     def dump_reusing(self, committed: Ruleset | None) -> Ruleset | None:
         """`committed` itself when nothing has been committed in the namespace since this kernel last
