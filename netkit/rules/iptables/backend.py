@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from netkit.change import comparable
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
 from netkit.rules.backend import JSONValue, RuleCounts
@@ -46,22 +47,11 @@ def to_json(ruleset: Ruleset) -> JSONValue:
 
 
 def plan(committed: Ruleset, desired: Ruleset) -> Plan:
-    """The plan; when `desired` came from a Compiler whose previous result is `committed`, only the
-    chains it says can differ are compared (the same plan, in a fraction of the time). When
-    `committed` is a kernel dump read against that same previous result (a full sync), the chains
-    either side says can differ from it are compared: every other chain is the same in all three.
-    When it was read against `desired` itself and found nothing that can differ (`netkit diff` in
-    sync), nothing is compared. (Otherwise everything is: a plan of only some chains would list
-    them in another order, which `diff` prints.)"""
-    since, read = desired.since, committed.since
-    only: frozenset[str] | None = None
-    if since is not None and since.applies_to(committed):
-        only = since.changed
-    elif since is not None and read is not None and (base := since.base()) is not None and read.applies_to(base):
-        only = since.changed | read.changed
-    elif read is not None and read.applies_to(desired) and not read.changed:
-        only = read.changed  # `netkit diff` in sync: every chain read is the compiled one itself
-    return _plan.plan(committed, desired, only=only)
+    """The plan, comparing only the chains netkit.change.comparable names: a dump read against the
+    compiler's previous result (Kernel.dump_reusing) says which chains it found different. (Where
+    it names none, everything is compared: a plan of only some chains would list them in another
+    order, which `diff` prints.)"""
+    return _plan.plan(committed, desired, only=comparable(committed, desired, frozenset.union))
 
 
 def render_plan(p: Plan) -> str:

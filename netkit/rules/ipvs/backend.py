@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from netkit.change import comparable
 from netkit.config import Config
 from netkit.model import IPFamily, NodeState
 from netkit.rules.backend import JSONValue
@@ -37,11 +38,9 @@ def compiler(config: Config, family: IPFamily) -> _compile.Compiler:
 
 
 def plan(committed: rs.Ruleset, desired: rs.Ruleset) -> plan_mod.Plan:
-    """When `desired` came from a Compiler whose previous result is `committed`, only what it
-    says can differ is compared (the same plan: tests/unit/test_ipvs_incremental.py)."""
-    since = desired.since
-    only = since.changed if since is not None and since.applies_to(committed) else None
-    return plan_mod.plan(committed, desired, only=only)
+    """Comparing only what netkit.change.comparable names (the same plan:
+    tests/unit/test_ipvs_incremental.py); an IPVS dump names nothing, so a full sync compares all."""
+    return plan_mod.plan(committed, desired, only=comparable(committed, desired))
 
 
 def render_plan(p: plan_mod.Plan) -> str:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import replace
 
+from netkit.change import comparable
 from netkit.nft.ruleset import Chain, Element, NamedSet, Part, Parts, Ruleset, SetElement
 from netkit.nft.transaction import Transaction
 
@@ -86,9 +87,9 @@ def narrow(committed: Ruleset, desired: Ruleset) -> tuple[Ruleset, Ruleset] | No
         return None
     before: list[Part] = []
     after: list[Part] = []
-    since = desired.since
-    if since is not None and since.applies_to(committed):  # the Compiler says which ports can differ
-        for label in since.changed:
+    changed = comparable(committed, desired)
+    if changed is not None:  # the Compiler says which ports can differ
+        for label in changed:
             was, now = old.ports.get(label), new.ports.get(label)
             if was is not None and now is not None and (was is now or was == now):
                 continue
