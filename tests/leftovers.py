@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from netkit import procfs
 from netkit.lab.cluster.plan import netns_prefix
 from netkit.lab.state import DEFAULT_STATE_DIR
 
@@ -99,23 +100,17 @@ def processes(scope: Scope) -> dict[str, str]:
     # does too, and the guard would kill them.
     markers = [str(scope.state_root)]
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in own:
+    for pid in procfs.pids():
+        if pid in own:
             continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-            started = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[19]
-        except (OSError, IndexError):
-            continue
-        if cmdline and runs_ours(scope, cmdline, environ, markers):  # (a zombie's is empty)
-            shown = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
-            found[f"{entry}:{started}"] = f"pid {entry}: {shown}"
+        cmdline, env, st = procfs.cmdline(pid), procfs.environ(pid), procfs.stat(pid)
+        if cmdline and env is not None and st is not None and runs_ours(scope, cmdline, env, markers):
+            shown = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()  # (a zombie's is empty)
+            found[f"{pid}:{st.started}"] = f"pid {pid}: {shown}"
     return found
 
 
-def runs_ours(scope: Scope, cmdline: bytes, environ: list[bytes], markers: list[str]) -> bool:
-    env = dict(e.split(b"=", 1) for e in environ if b"=" in e)
+def runs_ours(scope: Scope, cmdline: bytes, env: dict[bytes, bytes], markers: list[str]) -> bool:
     tag = env.get(RUN_ENV.encode())
     if tag is not None:
         worker = env.get(WORKER_ENV.encode(), b"").decode()
@@ -130,21 +125,13 @@ def pytest_processes() -> set[int]:
     while pid > 1:
         own.add(pid)
         pid = parent(pid)
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and parent(int(entry)) == os.getpid():
-            try:
-                if EXECNET_BOOTSTRAP in Path(f"/proc/{entry}/cmdline").read_bytes():
-                    own.add(int(entry))
-            except OSError:
-                pass
+    own |= {p for p in procfs.pids() if parent(p) == os.getpid() and EXECNET_BOOTSTRAP in (procfs.cmdline(p) or b"")}
     return own
 
 
 def parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
+    st = procfs.stat(pid)
+    return 0 if st is None else st.ppid
 
 
 # --- lab records, namespaces -------------------------------------------------------------------------
@@ -268,10 +255,8 @@ def remove(found: Picture) -> None:
 
 
 def same_process(pid: int, started: str) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19] == started
-    except (OSError, IndexError):
-        return False
+    st = procfs.stat(pid)
+    return st is not None and str(st.started) == started
 
 
 def signal_pid(pid: int, sig: int) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from netkit import procfs
 from netkit.config import Config
 from netkit.lab import Lab
 from netkit.lab.traffic import Flowing, Tally, Timeline, Traffic, tally
@@ -514,11 +515,8 @@ async def kill_when_writing(spawned: Spawned, timeout: float = 30.0, cpu: float 
 
 
 def _cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    st = procfs.stat(pid)
+    return 0.0 if st is None else st.cpu_seconds
 
 
 def _children(pid: int) -> list[int]:

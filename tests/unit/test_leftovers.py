@@ -4,6 +4,7 @@ checkout alone: another run in the same checkout names it too)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,8 @@ def test_a_namespace_is_the_runs_when_its_name_carries_the_tag(name: str, run: b
     assert RUN.names_ours(name) is run and WORKER.names_ours(name) is worker
 
 
-def env(**values: str) -> list[bytes]:
-    return [f"{k}={v}".encode() for k, v in {"PATH": "/usr/bin", **values}.items()]
+def env(**values: str) -> dict[bytes, bytes]:
+    return {k.encode(): v.encode() for k, v in {"PATH": "/usr/bin", **values}.items()}
 
 
 @pytest.mark.parametrize(("cmdline", "environ", "run", "worker"), [
@@ -40,7 +41,7 @@ def env(**values: str) -> list[bytes]:
     (b"/work/wt/guardian/.venv/bin/python\x00-m\x00netkit", env(), False, False),  # another checkout
     (b"sleep\x00600", env(), False, False),
 ])
-def test_a_process_is_the_runs_by_its_tag_or_else_by_what_it_names(cmdline: bytes, environ: list[bytes],
+def test_a_process_is_the_runs_by_its_tag_or_else_by_what_it_names(cmdline: bytes, environ: dict[bytes, bytes],
                                                                     run: bool, worker: bool) -> None:
     assert runs_ours(RUN, cmdline, environ, MARKERS) is run
     assert runs_ours(WORKER, cmdline, environ, MARKERS) is worker
@@ -58,3 +59,13 @@ def test_a_workers_state_directories() -> None:
     assert WORKER.worker_owns("gw1") and WORKER.worker_owns("gw1.mine-0a0b0c")
     assert not WORKER.worker_owns("gw10") and not WORKER.worker_owns("gw0")
     assert RUN.worker_owns("gw0") and Scope("1a2b3c4d", "", RUN.state_root, RUN.checkout).worker_owns("main")
+
+
+def test_procfs_reads_this_process_and_nothing_of_a_gone_one() -> None:
+    from netkit import procfs
+    me = procfs.stat(os.getpid())
+    assert me is not None and me.ppid == os.getppid() and me.started > 0
+    assert os.getpid() in set(procfs.pids())
+    assert b"pytest" in (procfs.cmdline(os.getpid()) or b"") or b"python" in (procfs.cmdline(os.getpid()) or b"")
+    gone = max(procfs.pids()) + 100_000
+    assert procfs.stat(gone) is None and procfs.cmdline(gone) is None and procfs.environ(gone) is None

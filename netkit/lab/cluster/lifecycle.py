@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from netkit import procfs
 from netkit.lab import pause
 from netkit.lab.cluster import build, objects, plan, programmed, state
 from netkit.lab.cluster.api import Api
@@ -148,16 +149,8 @@ def known_ids() -> list[str]:
 def processes(marker: str) -> list[int]:
     """Processes (except this one) with an argument that is the path `marker` or a path under it
     (also as `--flag=PATH`): every process of a cluster names its directory."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if names_path(cmdline, marker):
-                found.append(int(entry))
-    return found
+    me = os.getpid()
+    return [pid for pid in procfs.pids() if pid != me and names_path(procfs.cmdline(pid) or b"", marker)]
 
 
 def names_path(cmdline: bytes, marker: str) -> bool:
@@ -171,10 +164,7 @@ def names_path(cmdline: bytes, marker: str) -> bool:
 
 
 def alive(pid: int, marker: str) -> bool:
-    try:
-        return names_path(Path(f"/proc/{pid}/cmdline").read_bytes(), marker)
-    except OSError:
-        return False
+    return names_path(procfs.cmdline(pid) or b"", marker)
 
 
 def stop_pids(pids: Iterable[int], marker: str, grace: float = 3.0) -> None:
