@@ -168,7 +168,7 @@ class TestApiServer:
         labels = {"component": "apiserver", "provider": "kubernetes"}
         self.store.create({"apiVersion": "v1", "kind": "Service", "metadata": {
             "name": "kubernetes", "namespace": "default", "labels": labels},
-            "spec": {"clusterIP": str(self.store.service_ip_base + 1), "type": "ClusterIP",
+            "spec": {"clusterIP": str(self.store.first_service_ip), "type": "ClusterIP",
                      "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]}})
         self.store.create({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {
             "name": "kubernetes", "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},

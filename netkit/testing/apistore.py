@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
 from netkit.testing import services
@@ -201,9 +201,18 @@ class Store:
     listeners: list[Callable[[Change], None]] = field(default_factory=list)
     _snapshots: dict[str, Snapshot] = field(default_factory=dict)
     allocator: services.Allocator = field(default_factory=services.Allocator)
+    # kube-apiserver's --service-cluster-ip-range, primary first: with it, the IP family fields are
+    # settled and checked as the real one does; without, anything is stored (tests of odd objects)
+    service_cidrs: tuple[IPv4Network | IPv6Network, ...] = ()
 
     def __post_init__(self) -> None:
         self.allocator.ip_base = self.service_ip_base
+        self.allocator.cidrs = self.service_cidrs
+
+    @property
+    def first_service_ip(self) -> IPv4Address | IPv6Address:
+        """The service range's first address (`default/kubernetes`'s)."""
+        return self.service_cidrs[0].network_address + 1 if self.service_cidrs else self.service_ip_base + 1
 
     # reads
 
@@ -336,8 +345,8 @@ class Store:
         try:
             return services.admit(svc, old, self.allocator)
         except services.Invalid as exc:
-            cause = {"reason": "FieldValueInvalid", "message": exc.detail, "field": exc.path}
-            raise ApiError(422, "Invalid", exc.message, exc.name, "Service", (cause,)) from exc
+            causes = tuple({"reason": "FieldValueInvalid", "message": d, "field": p} for p, d in exc.problems)
+            raise ApiError(422, "Invalid", exc.message, exc.name, "Service", causes) from exc
 
 
 def _now() -> str:

@@ -21,16 +21,22 @@ In the order kube-apiserver applies them:
    IP family fields follow (initIPFamilyFields): `clusterIPs` = [clusterIP], `ipFamilies` from the
    address, `ipFamilyPolicy` SingleStack; a headless Service gets `clusterIPs: [None]`.
 
-Not done: dual-stack allocation (one family), the service CIDR's bounds, random allocation (addresses
-and ports are handed out in order, skipping those in use, so tests are deterministic).
+With service ranges (`Allocator(cidrs=...)`, one per family, primary first: the lab cluster's), the IP
+family fields are settled as kube-apiserver settles them (`netkit.testing.ipfamilies`) and every
+family in `ipFamilies` gets an address from its range; a requested address outside it is refused.
+Without (the default, for tests that store any address they like) the fields follow the first
+address and nothing is checked. Not done: random allocation (addresses and ports are handed out in
+order, skipping those in use, so tests are deterministic).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv4Network, IPv6Network, ip_address
 from typing import Any
+
+from netkit.testing import ipfamilies
 
 JSON = dict[str, Any]
 AFFINITY_TIMEOUT = 10800  # v1.DefaultClientIPServiceAffinitySeconds
@@ -143,16 +149,23 @@ class Allocator:
     ports: dict[int, str] = field(default_factory=dict)  # node port → "namespace/name"
     _next_ip: int = 0
     _next_port: int = NODE_PORTS.start
+    cidrs: tuple[IPv4Network | IPv6Network, ...] = ()  # the service ranges, primary first; () checks nothing
+    _next_by_family: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return tuple(ipfamilies.IPV6 if c.version == 6 else ipfamilies.IPV4 for c in self.cidrs)
 
     def allocate(self, svc: JSON, old: JSON | None) -> None:
         """Allocate what `svc` needs and release what `old` held that `svc` does not: all or nothing
         (a refused request leaves the allocator as it was)."""
         owner = f"{svc['metadata'].get('namespace', '')}/{svc['metadata']['name']}"
         trial = Allocator(self.ip_base, self.first_ip, dict(self.ips), dict(self.ports), self._next_ip,
-                          self._next_port)
+                          self._next_port, self.cidrs, dict(self._next_by_family))
         trial.release(owner)
         trial._take(svc, owner)
         self.ips, self.ports, self._next_ip, self._next_port = trial.ips, trial.ports, trial._next_ip, trial._next_port
+        self._next_by_family = trial._next_by_family
 
     def release(self, owner: str) -> None:
         self.ips = {ip: o for ip, o in self.ips.items() if o != owner}
@@ -160,7 +173,9 @@ class Allocator:
 
     def _take(self, svc: JSON, owner: str) -> None:
         spec, name = svc["spec"], svc["metadata"]["name"]
-        if needs_cluster_ip(spec):
+        if needs_cluster_ip(spec) and self.cidrs:
+            self._take_ips(spec, owner, name)
+        elif needs_cluster_ip(spec):
             self._take_ip(spec, owner, name)
             set_ip_families(spec)
         if needs_node_ports(spec):
@@ -185,6 +200,35 @@ class Allocator:
                           f"failed to allocate IP {ip}: provided IP is already allocated")
         self.ips[ip] = owner
         spec["clusterIP"] = ip
+
+    def _take_ips(self, spec: JSON, owner: str, name: str) -> None:
+        """One address per family in `ipFamilies` (settled already): the requested one, else the next free."""
+        ips = list(spec.get("clusterIPs") or [])
+        if ips[:1] == ["None"]:
+            return
+        for i, family in enumerate(spec["ipFamilies"]):
+            if i >= len(ips):
+                ips.append("")
+            cidr = self.cidrs[self.families.index(family)]
+            if not ips[i]:
+                ips[i] = self._next_free(cidr, family)
+            elif self.ips.get(ips[i], owner) != owner:
+                raise invalid(name, "spec.clusterIPs", ipfamilies.go_list(ips),
+                              f"failed to allocate IP {ips[i]}: provided IP is already allocated")
+            elif ip_address(ips[i]) not in cidr:
+                raise invalid(name, "spec.clusterIPs", ipfamilies.go_list(ips),
+                              f"failed to allocate IP {ips[i]}: the provided IP ({ips[i]}) is not in the valid "
+                              f"range. The range of valid IPs is {cidr}")
+            self.ips[ips[i]] = owner
+        spec["clusterIPs"], spec["clusterIP"] = ips, ips[0]
+
+    def _next_free(self, cidr: IPv4Network | IPv6Network, family: str) -> str:
+        while True:
+            n = self._next_by_family.get(family, 0)
+            self._next_by_family[family] = n + 1
+            ip = str(cidr.network_address + self.first_ip + n)
+            if ip not in self.ips:
+                return ip
 
     def _take_port(self, wanted: Any, owner: str, name: str, path: str) -> int:
         if wanted:
@@ -213,10 +257,13 @@ def set_ip_families(spec: JSON) -> None:
 
 
 class Invalid(Exception):
-    """A Service the registry refuses (the store answers 422 with this message)."""
+    """A Service the registry refuses (the store answers 422 with this message): one or more
+    (field path, detail) problems, joined as kube-apiserver joins them."""
 
-    def __init__(self, name: str, path: str, detail: str) -> None:
-        self.message = f'Service "{name}" is invalid: {path}: {detail}'
+    def __init__(self, name: str, path: str, detail: str, more: tuple[ipfamilies.Problem, ...] = ()) -> None:
+        self.problems = ((path, detail), *more)
+        text = ", ".join(f"{p}: {d}" for p, d in self.problems)
+        self.message = f'Service "{name}" is invalid: ' + (f"[{text}]" if more else text)
         super().__init__(self.message)
         self.name, self.path, self.detail = name, path, detail
 
@@ -233,5 +280,17 @@ def admit(svc: JSON, old: JSON | None, allocator: Allocator) -> JSON:
     if old is not None:
         drop_type_dependent_fields(svc, old)
         keep_allocated_values(svc, old)
+    if allocator.cidrs and needs_cluster_ip(svc["spec"]):
+        settle_families(svc, old, allocator.families)
     allocator.allocate(svc, old)
     return svc
+
+
+def settle_families(svc: JSON, old: JSON | None, families: tuple[str, ...]) -> None:
+    spec = svc["spec"]
+    old_spec = old.get("spec") if old is not None and needs_cluster_ip(old.get("spec") or {}) else None
+    ipfamilies.normalize(spec, old_spec)
+    problems = ipfamilies.check_change(spec, old_spec) if old_spec is not None else []
+    problems = problems or ipfamilies.settle(spec, old_spec, families)
+    if problems:
+        raise Invalid(svc["metadata"]["name"], *problems[0], more=tuple(problems[1:]))
