@@ -57,7 +57,7 @@ def test_no_selector_headless_and_external_name() -> None:
     assert controller.desired([service(type="ExternalName")], pods()) == {}
     headless = controller.desired([service(clusterIP="None")], pods())
     assert all(controller.HEADLESS in s["metadata"]["labels"] for s in headless.values())
-    dns = controller.desired([objects.dns_service()], pods())
+    dns = controller.desired([objects.dns_service(plan.initial("abc123", 2, 1, "iptables"))], pods())
     (s,) = dns.values()
     assert sorted((p["protocol"], p["port"]) for p in s["ports"]) == [("TCP", 53), ("UDP", 53)]
     assert [e["targetRef"]["name"] for e in s["endpoints"]] == ["coredns-1", "coredns-2"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from netkit.lab import pause
 from netkit.lab.build import create_namespaces, existing, ip_batch, list_lab_namespaces, remove, run_batches
 from netkit.lab.cluster import state, wiring
-from netkit.lab.cluster.plan import CLUSTER_DOMAIN, DNS_SERVICE_IP, Cluster, Kind, Pod, netns_pattern
+from netkit.lab.cluster.plan import CLUSTER_DOMAIN, Cluster, Kind, Pod, netns_pattern
 from netkit.lab.nsenter import write_sysctls
 
 ETC_NETNS = Path("/etc/netns")
@@ -31,7 +31,7 @@ def build(cluster: Cluster) -> None:
     run_batches(wiring.link_batches(cluster), "links")
     run_batches(wiring.address_batches(cluster), "addresses")
     run_batches(wiring.route_batches(cluster), "routes")
-    write_resolv_confs(cluster.pods)
+    write_resolv_confs(cluster, cluster.pods)
 
 
 def add_pods(cluster: Cluster, pods: Iterable[Pod]) -> None:
@@ -46,9 +46,9 @@ def add_pods(cluster: Cluster, pods: Iterable[Pod]) -> None:
     for pod in pods:
         node_side.setdefault(cluster.node(pod.node).netns, []).extend(wiring.pod_node_side(pod))
     run_batches(node_side, "pod links")
-    run_batches({p.netns: ["link set lo up", *wiring.pod_addresses(p)] for p in pods}, "pod addresses")
+    run_batches({p.netns: ["link set lo up", *wiring.pod_addresses(cluster, p)] for p in pods}, "pod addresses")
     run_batches({p.netns: wiring.pod_routes(cluster, p) for p in pods}, "pod routes")
-    write_resolv_confs(pods)
+    write_resolv_confs(cluster, pods)
 
 
 def remove_pods(cluster: Cluster, pods: Iterable[Pod]) -> None:
@@ -67,13 +67,14 @@ def remove_pods(cluster: Cluster, pods: Iterable[Pod]) -> None:
     remove_namespaces(p.netns for p in pods)
 
 
-def write_resolv_confs(pods: Iterable[Pod]) -> None:
+def write_resolv_confs(cluster: Cluster, pods: Iterable[Pod]) -> None:
+    """kube-dns's first address (its primary family), as kubelet writes it."""
     for pod in pods:
         if pod.kind == Kind.DNS:
             continue  # dnsPolicy: Default, as CoreDNS's own pods
         d = ETC_NETNS / pod.netns
         d.mkdir(parents=True, exist_ok=True)
-        (d / "resolv.conf").write_text(wiring.resolv_conf(pod, str(DNS_SERVICE_IP), CLUSTER_DOMAIN))
+        (d / "resolv.conf").write_text(wiring.resolv_conf(pod, str(cluster.dns_ips[0]), CLUSTER_DOMAIN))
 
 
 def remove_namespaces(names: Iterable[str]) -> None:

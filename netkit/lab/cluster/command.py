@@ -16,7 +16,7 @@ import time
 from typing import Any, NoReturn
 
 from netkit.lab.cluster import state
-from netkit.lab.cluster.plan import APP_DEPLOY, MAX_NODES, OUTSIDE_IP, Cluster
+from netkit.lab.cluster.plan import APP_DEPLOY, IP_FAMILIES, MAX_NODES, Cluster
 from netkit.lab.errors import LabError
 
 MODES = ("iptables", "nftables", "ipvs")
@@ -51,6 +51,8 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     up.add_argument("--mode", choices=MODES, default="iptables", help="netkit run's mode (default iptables)")
     up.add_argument("--pods-per-node", type=count(0, 50), default=2,
                     help=f"pods of the {APP_DEPLOY!r} deployment per node (default 2)")
+    up.add_argument("--ip-family", choices=IP_FAMILIES, default="ipv4",
+                    help="the cluster's IP families: ipv4, ipv6, or dual (both, IPv4 primary; default ipv4)")
     up.add_argument("--dns-pods", type=count(1, 16), default=None,
                     help="pods of the cluster DNS (coredns-N; default 2, 1 with one node)")
     up.add_argument("--timeout", type=float, default=60.0,
@@ -145,7 +147,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     record = lifecycle.up(args.nodes, args.mode, args.pods_per_node, timeout=args.timeout, cluster_id=args.id or "",
-                          dns_pods=args.dns_pods)
+                          dns_pods=args.dns_pods, ip_family=args.ip_family)
     seconds = time.monotonic() - started
     c = record.cluster
     kubeconfig = state.kubeconfig_path(c.cluster_id)
@@ -153,11 +155,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(json.dumps({"id": c.cluster_id, "seconds": round(seconds, 3), "kubeconfig": str(kubeconfig),
                           **layout(c)}, indent=2))
         return 0
-    print(f"cluster {c.cluster_id} is up ({seconds:.1f} s): {len(c.nodes)} nodes, mode {c.mode}, "
+    family = "" if c.ip_family == "ipv4" else f", {c.ip_family}"
+    print(f"cluster {c.cluster_id} is up ({seconds:.1f} s): {len(c.nodes)} nodes, mode {c.mode}{family}, "
           f"{len(c.pods)} pods")
     for n in c.nodes:
         pods = " ".join(p.name for p in c.pods_on(n.name))
-        print(f"  {n.name:<8} {n.netns:<18} {n.ip}  pods {n.pod_cidr}: {pods}")
+        print(f"  {n.name:<8} {n.netns:<18} {' '.join(map(str, c.node_ips(n)))}  "
+              f"pods {' '.join(map(str, c.pod_cidrs(n)))}: {pods}")
     print(f"kubeconfig: {kubeconfig}")
     print(f"  export KUBECONFIG={kubeconfig}; kubectl apply -f service.yaml")
     print(f"inside:     netkit lab cluster exec {c.pods[-1].name if c.pods else 'node-1'} -- getent hosts "
@@ -167,11 +171,16 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def layout(c: Cluster) -> dict[str, Any]:
-    return {"mode": c.mode, "outside": {"netns": c.net_netns, "ip": str(OUTSIDE_IP)},
-            "nodes": [{"name": n.name, "netns": n.netns, "ip": str(n.ip), "podCIDR": str(n.pod_cidr),
-                       "cordoned": n.name in c.cordoned} for n in c.nodes],
+    """Where things are; `ip` is the primary address, `ips` every one (primary first)."""
+    def ips(values: tuple[Any, ...]) -> dict[str, Any]:
+        return {"ip": str(values[0]), "ips": [str(v) for v in values]}
+
+    return {"mode": c.mode, "ip_family": c.ip_family, "outside": {"netns": c.net_netns, **ips(c.outside_ips)},
+            "nodes": [{"name": n.name, "netns": n.netns, **ips(c.node_ips(n)), "podCIDR": str(c.pod_cidrs(n)[0]),
+                       "podCIDRs": [str(x) for x in c.pod_cidrs(n)], "cordoned": n.name in c.cordoned}
+                      for n in c.nodes],
             "pods": [{"name": p.name, "namespace": p.namespace, "node": p.node, "netns": p.netns,
-                      "ip": str(p.ip), "deploy": p.deploy} for p in c.pods]}
+                      **ips(c.pod_ips(p)), "deploy": p.deploy} for p in c.pods]}
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -255,18 +264,24 @@ def entry_node(c: Cluster, source: str, to: str, node: str) -> tuple[str, str, s
         target_netns(c, node)
     if source == "outside":
         dst = to.rpartition(":")[0].strip("[]") if ":" in to else to
-        chosen_node = node or next((n.name for n in c.nodes if str(n.ip) == dst), "")
+        chosen_node = node or next((n.name for n in c.nodes if dst in map(str, c.node_ips(n))), "")
         if not chosen_node:
             raise LabError(f"trace from outside to {dst}: which node does it enter? give --node NODE")
-        return c.node(chosen_node).netns, str(OUTSIDE_IP), "eth0"
+        return c.node(chosen_node).netns, str(same_family(c.outside_ips, dst)), "eth0"
     for n in c.nodes:
         if n.name == source:
-            return n.netns, str(n.ip), ""
+            return n.netns, str(same_family(c.node_ips(n), to)), ""
     for p in c.pods:
         if p.name == source:
-            return c.node(p.node).netns, str(p.ip), "cbr0"
+            return c.node(p.node).netns, str(same_family(c.pod_ips(p), to)), "cbr0"
     target_netns(c, source)  # raises with the list of names
     raise AssertionError
+
+
+def same_family(ips: tuple[Any, ...], to: str) -> Any:
+    """Of a source's addresses, the one of the destination's family (`[v6]:port` or `v4:port`)."""
+    v6 = to.startswith("[") or to.count(":") > 1
+    return next((ip for ip in ips if (ip.version == 6) == v6), ips[0])
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -365,12 +380,15 @@ def service_row(svc: dict[str, Any], slices: list[dict[str, Any]]) -> dict[str, 
     m, spec = svc["metadata"], svc.get("spec") or {}
     mine = [s for s in slices if (s["metadata"].get("labels") or {}).get("kubernetes.io/service-name") == m["name"]
             and s["metadata"].get("namespace") == m.get("namespace")]
-    eps = [e for s in mine for e in s.get("endpoints") or []]
+    pods = {(e.get("targetRef") or {}).get("name") or e["addresses"][0]: e for s in mine
+            for e in s.get("endpoints") or []}  # one per pod, though a dual-stack pod is in two slices
+    eps = list(pods.values())
     ready = sum(1 for e in eps if (e.get("conditions") or {}).get("ready"))
     ports = [f"{p.get('port')}{':' + str(p['nodePort']) if p.get('nodePort') else ''}/{p.get('protocol', 'TCP')}"
              for p in spec.get("ports") or []]
     return {"name": f"{m.get('namespace')}/{m['name']}", "type": spec.get("type", "ClusterIP"),
-            "clusterIP": spec.get("clusterIP"), "ports": ports, "endpoints": len(eps), "ready": ready}
+            "clusterIP": spec.get("clusterIP"), "clusterIPs": spec.get("clusterIPs") or [],
+            "ports": ports, "endpoints": len(eps), "ready": ready}
 
 
 def read_json(path: Any) -> dict[str, Any]:
@@ -382,7 +400,8 @@ def read_json(path: Any) -> dict[str, Any]:
 
 
 def print_status(row: dict[str, Any]) -> None:
-    print(f"cluster {row['id']}: {row['state']}" + (f", mode {row['mode']}" if "mode" in row else ""))
+    family = f", {row['ip_family']}" if row.get("ip_family", "ipv4") != "ipv4" else ""
+    print(f"cluster {row['id']}: {row['state']}" + (f", mode {row['mode']}{family}" if "mode" in row else ""))
     for n in row.get("nodes", []):
         sync = f"synced {n['last_sync_ago']} s ago" if n.get("last_sync_ago") is not None else "no sync"
         if n.get("rules") is not None:
@@ -390,11 +409,12 @@ def print_status(row: dict[str, Any]) -> None:
         if n.get("pending"):
             sync += f", {n['pending']:.0f} changes pending"
         flags = " (cordoned)" if n["cordoned"] else ""
-        print(f"  node {n['name']:<8} {n['ip']:<12} netkit run pid {n['daemon_pid'] or '-':<7} "
+        print(f"  node {n['name']:<8} {' '.join(n['ips']):<12} netkit run pid {n['daemon_pid'] or '-':<7} "
               f"restarts {n['restarts']}  {sync}{flags}")
     for p in row.get("pods", []):
         ready = "ready" if p.get("ready") else "not ready"
-        print(f"  pod  {p['namespace'] + '/' + p['name']:<24} {p['node']:<8} {p['ip']:<13} {ready}")
+        print(f"  pod  {p['namespace'] + '/' + p['name']:<24} {p['node']:<8} {' '.join(p['ips']):<13} {ready}")
     for s in row.get("services", []):
-        print(f"  svc  {s['name']:<24} {s['type']:<12} {s['clusterIP']:<13} {','.join(s['ports'])}  "
+        print(f"  svc  {s['name']:<24} {s['type']:<12} {','.join(s['clusterIPs']) or s['clusterIP']:<13} "
+              f"{','.join(s['ports'])}  "
               f"endpoints {s['ready']}/{s['endpoints']} ready")

@@ -16,12 +16,15 @@ What Kubernetes' endpointslice controller does, in the part a Service dataplane 
 - an endpoint's `hostname` is the pod's `spec.hostname` when the pod sets one and its `spec.subdomain`
   is the Service's name (endpointutil.ShouldSetHostname), which gives the pod its DNS name under a
   headless Service;
-- a Service whose selector matches nothing has one slice with no endpoints;
+- one set of slices per IP family of the Service (`ipFamilies`; without them the family of its
+  `clusterIP`), `addressType` IPv4 or IPv6, each endpoint the pod's address of that family (from
+  `status.podIPs`); a pod without one is not an endpoint of that family;
+- a Service whose selector matches nothing has one slice with no endpoints (per family);
 - `endpoints.kubernetes.io/last-change-trigger-time` is set when a slice changes, so each node's
   `kubeproxy_network_programming_duration_seconds` measures this cluster's programming latency.
 
-Deliberate differences: one address family (IPv4), no 100-endpoint slice limit, no topology hints,
-slices named `<service>-lab[-N]` instead of generated names.
+Deliberate differences: no 100-endpoint slice limit, no topology hints, slices named
+`<service>-lab[-N]` (IPv4) and `<service>-lab-v6[-N]` (IPv6) instead of generated names.
 """
 
 from __future__ import annotations
@@ -96,12 +99,28 @@ def hostname(pod: Mapping[str, Any], service_name: str) -> str:
     return str(spec.get("hostname") or "") if spec.get("subdomain") == service_name else ""
 
 
-def endpoint(pod: Mapping[str, Any], publish_not_ready: bool, service_name: str = "") -> JSON:
+def service_families(service: Mapping[str, Any]) -> tuple[str, ...]:
+    spec = service.get("spec") or {}
+    families = spec.get("ipFamilies") or []
+    if families:
+        return tuple(str(f) for f in families)
+    ip = str(spec.get("clusterIP") or "")
+    return ("IPv6",) if ":" in ip else ("IPv4",)
+
+
+def pod_address(pod: Mapping[str, Any], family: str) -> str:
+    """The pod's address of `family` (IPv4, IPv6), or ""."""
+    status = pod.get("status") or {}
+    ips = [str(p.get("ip") or "") for p in status.get("podIPs") or []] or [str(status.get("podIP") or "")]
+    return next((ip for ip in ips if ip and (":" in ip) == (family == "IPv6")), "")
+
+
+def endpoint(pod: Mapping[str, Any], publish_not_ready: bool, service_name: str = "", family: str = "IPv4") -> JSON:
     ready, terminating = pod_ready(pod), pod_terminating(pod)
     m = meta(pod)
     host = hostname(pod, service_name)
     return {
-        "addresses": [pod["status"]["podIP"]],
+        "addresses": [pod_address(pod, family)],
         "conditions": {"ready": publish_not_ready or (ready and not terminating), "serving": ready,
                        "terminating": terminating},
         **({"hostname": host} if host else {}),
@@ -112,7 +131,7 @@ def endpoint(pod: Mapping[str, Any], publish_not_ready: bool, service_name: str 
 
 
 def slice_for(service: Mapping[str, Any], name: str, ports: Sequence[tuple[str, int, str]],
-              endpoints: list[JSON]) -> JSON:
+              endpoints: list[JSON], family: str = "IPv4") -> JSON:
     ns, svc_name = key(service)
     spec = service.get("spec") or {}
     labels = {**(meta(service).get("labels") or {}), SERVICE_NAME: svc_name, MANAGED_BY: MANAGER}
@@ -123,29 +142,37 @@ def slice_for(service: Mapping[str, Any], name: str, ports: Sequence[tuple[str, 
         "metadata": {"name": name, "namespace": ns, "labels": labels,
                      "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": svc_name,
                                           "uid": meta(service).get("uid", ""), "controller": True}]},
-        "addressType": "IPv4",
+        "addressType": family,
         "ports": [{"name": n, "port": p, "protocol": proto} for n, p, proto in ports],
         "endpoints": endpoints,
     }
 
 
 def slices_for(service: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> dict[Key, JSON]:
+    out: dict[Key, JSON] = {}
+    for family in service_families(service):
+        out.update(family_slices(service, pods, family))
+    return out
+
+
+def family_slices(service: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], family: str) -> dict[Key, JSON]:
     spec = service.get("spec") or {}
     selector = spec.get("selector") or {}
     ns, name = key(service)
     publish = bool(spec.get("publishNotReadyAddresses"))
     groups: dict[tuple[tuple[str, int, str], ...], list[JSON]] = {}
     for pod in sorted(pods, key=lambda p: key(p)[1]):
-        if key(pod)[0] == ns and candidate(pod) and selects(selector, pod):
+        if key(pod)[0] == ns and candidate(pod) and selects(selector, pod) and pod_address(pod, family):
             ports = resolved_ports(service, pod)
             if ports or not spec.get("ports"):
-                groups.setdefault(ports, []).append(endpoint(pod, publish, name))
+                groups.setdefault(ports, []).append(endpoint(pod, publish, name, family))
     if not groups:
         groups[()] = []
     out: dict[Key, JSON] = {}
+    base = f"{name}-lab" + ("-v6" if family == "IPv6" else "")
     for i, (ports, eps) in enumerate(sorted(groups.items())):
-        slice_name = f"{name}-lab" + (f"-{i}" if i else "")
-        out[(ns, slice_name)] = slice_for(service, slice_name, ports, eps)
+        slice_name = base + (f"-{i}" if i else "")
+        out[(ns, slice_name)] = slice_for(service, slice_name, ports, eps, family)
     return out
 
 

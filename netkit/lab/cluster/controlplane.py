@@ -39,10 +39,10 @@ from aiohttp import web
 
 from netkit.lab.cluster import controller, deploy, nodehttp, objects, state
 from netkit.lab.cluster.echo import EchoPod
-from netkit.lab.cluster.plan import API_PORT, OUTSIDE_IP, POD_CIDR, PORTS, Cluster, Kind
+from netkit.lab.cluster.plan import API_PORT, PORTS, Cluster, Kind
 from netkit.netns import in_netns
 from netkit.testing.apiserver import TestApiServer
-from netkit.testing.apistore import Change, resource_for_kind
+from netkit.testing.apistore import Change, Store, resource_for_kind
 
 JSON = dict[str, Any]
 READY = "ready"  # what lifecycle.READY waits for
@@ -80,7 +80,7 @@ def grace_period(pod: Any) -> float:
 
 def api_listener(netns: str, host: str = "127.0.0.1") -> socket.socket:
     def make() -> socket.socket:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, API_PORT))
         sock.listen(128)
@@ -152,8 +152,9 @@ class ControlPlane:
         self.dir = record.dir
         self.deploy_dir = deploy_dir
         first = self.cluster.nodes[0]  # the "control-plane node": default/kubernetes points at it
-        self.advertise = (str(first.ip), API_PORT)
-        self.srv = TestApiServer(port=0, kubernetes_service=True, advertise=self.advertise)
+        self.advertise = (str(self.cluster.node_ips(first)[0]), API_PORT)
+        self.srv = TestApiServer(port=0, kubernetes_service=True, advertise=self.advertise,
+                                 store=Store(service_cidrs=self.cluster.service_cidrs))
         self.store = self.srv.store
         self.echo: dict[str, EchoPod] = {}
         self.dns: dict[str, Supervised] = {}
@@ -195,21 +196,21 @@ class ControlPlane:
             write_json(d / deploy.KUBECONFIG_FILE, objects.kubeconfig(f"http://127.0.0.1:{API_PORT}"))
         write_json(self.dir / "dns" / deploy.KUBECONFIG_FILE, objects.kubeconfig(f"http://127.0.0.1:{API_PORT}"))
         (self.dir / "dns" / "Corefile").write_text(deploy.dns_corefile(self.deploy_dir))
-        (self.dir / "dns" / "resolv.conf").write_text(f"nameserver {OUTSIDE_IP}\n")
+        (self.dir / "dns" / "resolv.conf").write_text(f"nameserver {self.cluster.outside_ips[0]}\n")
 
     def seed(self) -> None:
         for name in NAMESPACES:
             self.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
         for node in self.cluster.nodes:
-            self.store.create(objects.node_object(node, node.name in self.cluster.cordoned))
-        self.store.create(objects.dns_service())
+            self.store.create(objects.node_object(self.cluster, node, node.name in self.cluster.cordoned))
+        self.store.create(objects.dns_service(self.cluster))
         for pod in self.cluster.pods:
             self.store.create(objects.pod_object(self.cluster, pod))
 
     def start_daemon(self, node: str, netns: str) -> None:
         nd = state.node_dir(self.cluster.cluster_id, node)
         daemon = deploy.node_daemon(self.deploy_dir, node, nd, mode=self.cluster.mode,
-                                    cluster_cidr=str(POD_CIDR))
+                                    cluster_cidr=",".join(str(c) for c in self.cluster.cluster_cidrs))
         for fname, text in daemon.files:
             (nd / fname).write_text(text)
         argv = [*netkit_argv(), *daemon.argv[1:]] if daemon.argv[0] == "netkit" else list(daemon.argv)
@@ -274,7 +275,8 @@ class ControlPlane:
             sup.start()
             asyncio.ensure_future(self.mark_ready_when(name, pod, lambda: dns_ready(netns)))
             return
-        echo = EchoPod(name, netns, PORTS)
+        families = tuple(socket.AF_INET6 if f == "IPv6" else socket.AF_INET for f in self.cluster.families)
+        echo = EchoPod(name, netns, PORTS, families)
         self.echo[name] = echo
         try:
             await echo.start()

@@ -2,9 +2,9 @@
 
 The same protocol and sockets as the lab's pod servers (`netkit.lab.servers`: `bind`, `answer`):
 every TCP connection gets `<pod> <source-it-saw>` on accept and again for every chunk received, every
-UDP datagram gets it back. Serving pods in the control plane's loop (rather than one process per
-pod) lets `scale` and `drain` start and stop single pods at once: `close()` closes the listeners and
-every open connection, so the namespace can be deleted right after.
+UDP datagram gets it back, on each of the cluster's IP families. Serving pods in the control plane's
+loop (rather than one process per pod) lets `scale` and `drain` start and stop single pods at once:
+`close()` closes the listeners and every open connection, so the namespace can be deleted right after.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ class UdpEcho(asyncio.DatagramProtocol):
 
 
 class EchoPod:
-    def __init__(self, pod: str, netns: str, ports: Sequence[int]) -> None:
-        self.pod, self.netns, self.ports = pod, netns, tuple(ports)
+    def __init__(self, pod: str, netns: str, ports: Sequence[int],
+                 families: Sequence[int] = (socket.AF_INET,)) -> None:
+        self.pod, self.netns, self.ports, self.families = pod, netns, tuple(ports), tuple(families)
         self.servers: list[asyncio.Server] = []
         self.transports: list[asyncio.BaseTransport] = []
         self.writers: set[asyncio.StreamWriter] = set()
@@ -42,11 +43,12 @@ class EchoPod:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         for port in self.ports:
-            tcp = in_netns(self.netns, partial(bind, socket.AF_INET, socket.SOCK_STREAM, port))
-            self.servers.append(await asyncio.start_server(self.handle, sock=tcp))
-            udp = in_netns(self.netns, partial(bind, socket.AF_INET, socket.SOCK_DGRAM, port))
-            transport, _ = await loop.create_datagram_endpoint(lambda: UdpEcho(self.pod), sock=udp)
-            self.transports.append(transport)
+            for family in self.families:
+                tcp = in_netns(self.netns, partial(bind, family, socket.SOCK_STREAM, port))
+                self.servers.append(await asyncio.start_server(self.handle, sock=tcp))
+                udp = in_netns(self.netns, partial(bind, family, socket.SOCK_DGRAM, port))
+                transport, _ = await loop.create_datagram_endpoint(lambda: UdpEcho(self.pod), sock=udp)
+                self.transports.append(transport)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.add(writer)

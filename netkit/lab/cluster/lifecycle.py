@@ -63,13 +63,14 @@ def new_id() -> str:
 # --- up / down -------------------------------------------------------------------------------------
 
 def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0, cluster_id: str = "",
-       dns_pods: int | None = None) -> state.Record:
+       dns_pods: int | None = None, ip_family: str = "ipv4") -> state.Record:
     need_root()
     need_tools(mode)
     if cluster_id and (state.cluster_dir(cluster_id).exists() or build.leftovers(cluster_id)):
         raise LabError(f"cluster {cluster_id} exists already (netkit lab cluster down {cluster_id})")
     try:
-        cluster = plan.initial(cluster_id or new_id(), nodes, pods_per_node, mode, state.NETNS_PREFIX, dns_pods)
+        cluster = plan.initial(cluster_id or new_id(), nodes, pods_per_node, mode, state.NETNS_PREFIX, dns_pods,
+                               ip_family)
     except ValueError as exc:
         raise LabError(str(exc)) from exc
     cid = cluster.cluster_id
@@ -244,7 +245,7 @@ def drain(cid: str, node: str, *, grace_timeout: float = 30.0) -> Changed:
         except ValueError as exc:
             raise LabError(str(exc)) from exc
         api = Api(record.api_port)
-        api.replace("nodes", "", objects.node_object(target, cordoned=True))
+        api.replace("nodes", "", objects.node_object(record.cluster, target, cordoned=True))
         record = add(record, cluster, added)
         record = remove(record, evicted, grace_timeout)
         return Changed(added, evicted)

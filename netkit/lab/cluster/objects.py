@@ -12,7 +12,6 @@ from typing import Any
 from netkit.lab.cluster.plan import (
     CLUSTER_DOMAIN,
     DNS_NAMESPACE,
-    DNS_SERVICE_IP,
     PORTS,
     Cluster,
     Kind,
@@ -26,15 +25,16 @@ KIND_ANNOTATION = "lab.netkit.io/kind"
 DOMAIN = CLUSTER_DOMAIN
 
 
-def node_object(node: Node, cordoned: bool = False) -> JSON:
+def node_object(cluster: Cluster, node: Node, cordoned: bool = False) -> JSON:
+    """Its pod CIDRs and InternalIPs of the cluster's families, primary first (as kubelet reports them)."""
+    cidrs = [str(c) for c in cluster.pod_cidrs(node)]
+    internal = [{"type": "InternalIP", "address": str(ip)} for ip in cluster.node_ips(node)]
     return {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": node.name, "labels": {"kubernetes.io/hostname": node.name,
                                                     "kubernetes.io/os": "linux"}},
-        "spec": {"podCIDR": str(node.pod_cidr), "podCIDRs": [str(node.pod_cidr)],
-                 **({"unschedulable": True} if cordoned else {})},
-        "status": {"addresses": [{"type": "InternalIP", "address": str(node.ip)},
-                                 {"type": "Hostname", "address": node.name}],
+        "spec": {"podCIDR": cidrs[0], "podCIDRs": cidrs, **({"unschedulable": True} if cordoned else {})},
+        "status": {"addresses": [*internal, {"type": "Hostname", "address": node.name}],
                    "conditions": [{"type": "Ready", "status": "True"}]},
     }
 
@@ -50,6 +50,7 @@ def container_ports(pod: Pod) -> list[JSON]:
 
 def pod_object(cluster: Cluster, pod: Pod, *, ready: bool = False, terminating: str = "") -> JSON:
     node = cluster.node(pod.node)
+    ips = [str(ip) for ip in cluster.pod_ips(pod)]
     image = "netkit-lab/dns" if pod.kind == Kind.DNS else "netkit-lab/echo"
     return {
         "apiVersion": "v1", "kind": "Pod",
@@ -58,18 +59,22 @@ def pod_object(cluster: Cluster, pod: Pod, *, ready: bool = False, terminating: 
                      **({"deletionTimestamp": terminating} if terminating else {})},
         "spec": {"nodeName": pod.node,
                  "containers": [{"name": pod.deploy, "image": image, "ports": container_ports(pod)}]},
-        "status": {"phase": "Running", "hostIP": str(node.ip), "podIP": str(pod.ip),
-                   "podIPs": [{"ip": str(pod.ip)}],
+        "status": {"phase": "Running", "hostIP": str(cluster.node_ips(node)[0]), "podIP": ips[0],
+                   "podIPs": [{"ip": ip} for ip in ips],
                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
     }
 
 
-def dns_service() -> JSON:
+def dns_service(cluster: Cluster) -> JSON:
+    """kube-dns at the tenth address of every service range: PreferDualStack, as a dual-stack
+    cluster's installer writes it (SingleStack on a single-stack cluster, where that is what it gets)."""
+    ips = [str(ip) for ip in cluster.dns_ips]
     return {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "kube-dns", "namespace": DNS_NAMESPACE,
                      "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}},
-        "spec": {"clusterIP": str(DNS_SERVICE_IP), "clusterIPs": [str(DNS_SERVICE_IP)], "type": "ClusterIP",
+        "spec": {"clusterIP": ips[0], "clusterIPs": ips, "type": "ClusterIP", "ipFamilies": list(cluster.families),
+                 "ipFamilyPolicy": "PreferDualStack" if len(ips) > 1 else "SingleStack",
                  "selector": {"k8s-app": "kube-dns"},
                  "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
                            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]},

@@ -10,7 +10,12 @@
 Every node routes each other node's pod CIDR via that node's IP (host-gw, as a simple CNI does) and
 has a default route via 192.0.2.1, which forwards nothing (a ClusterIP without rules goes nowhere,
 as on a real node). The bridge lives in the cluster's own `net` namespace, never in the machine's.
-IPv4 only. A pod's `slot` is the last octet of its IP; the node side of its veth is `veth<slot>`.
+A pod's `slot` is the last octet of its IP; the node side of its veth is `veth<slot>`.
+
+IP families (`ip_family`: ipv4, ipv6 or dual, IPv4 primary): every node and pod has an address of
+each family, and the cluster uses those of its families. IPv6 follows the IPv4 plan with the same
+numbers written into the last group: node-N 2001:db8:2::<10+N> (outside ::1), its pods
+fd00:244:0:<N>::<slot> (bridge ::1), services fd00:96::/112, the cluster DNS fd00:96::a.
 
 Namespace names say whose they are: `nkc<id>-<role>` for clusters recorded in the machine's state
 directory (/run/netkit-lab), `nkc<tag>.<id>-<role>` for clusters recorded in another one
@@ -25,7 +30,8 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import TypeVar
 
 from netkit.lab.plan import DEFAULT_PORTS
 
@@ -35,6 +41,15 @@ OUTSIDE_IP = IPv4Address("192.0.2.1")
 POD_CIDR = IPv4Network("10.244.0.0/16")
 SERVICE_CIDR = IPv4Network("10.96.0.0/16")
 DNS_SERVICE_IP = IPv4Address("10.96.0.10")
+NODE_NET6 = IPv6Network("2001:db8:2::/64")
+OUTSIDE_IP6 = IPv6Address("2001:db8:2::1")
+POD_CIDR6 = IPv6Network("fd00:244::/48")
+SERVICE_CIDR6 = IPv6Network("fd00:96::/112")
+DNS_SERVICE_IP6 = IPv6Address("fd00:96::a")
+IP_FAMILIES = ("ipv4", "ipv6", "dual")  # --ip-family
+T = TypeVar("T")
+IPAddress = IPv4Address | IPv6Address
+IPNetwork = IPv4Network | IPv6Network
 CLUSTER_DOMAIN = "cluster.local"
 API_PORT = 6443  # inside every node and DNS pod: 127.0.0.1:6443 is the API server
 MAX_NODES = 200
@@ -71,6 +86,18 @@ class Node:
         return self.pod_cidr.network_address + 1
 
     @property
+    def ip6(self) -> IPv6Address:
+        return IPv6Address(f"2001:db8:2::{10 + self.index}")
+
+    @property
+    def pod_cidr6(self) -> IPv6Network:
+        return IPv6Network(f"fd00:244:0:{self.index}::/64")
+
+    @property
+    def bridge_ip6(self) -> IPv6Address:
+        return self.pod_cidr6.network_address + 1
+
+    @property
     def uplink(self) -> str:
         """The `net` namespace's end of this node's eth0."""
         return f"n{self.index}"
@@ -90,6 +117,10 @@ class Pod:
     @property
     def ip(self) -> IPv4Address:
         return IPv4Address(f"10.244.{self.node_index}.{self.slot}")
+
+    @property
+    def ip6(self) -> IPv6Address:
+        return IPv6Address(f"fd00:244:0:{self.node_index}::{self.slot}")
 
     @property
     def veth(self) -> str:
@@ -113,6 +144,49 @@ class Cluster:
     serials: tuple[tuple[str, int], ...] = ()  # (deploy, last serial used)
     cordoned: tuple[str, ...] = field(default=())
     prefix: str = NETNS_PREFIX  # of its namespaces' names (netns_prefix of its state directory)
+    ip_family: str = "ipv4"  # ipv4, ipv6 or dual
+
+    @property
+    def v4(self) -> bool:
+        return self.ip_family != "ipv6"
+
+    @property
+    def v6(self) -> bool:
+        return self.ip_family != "ipv4"
+
+    def pick(self, v4: T, v6: T) -> tuple[T, ...]:
+        """The cluster's values of a pair, primary (IPv4 when it has both) first."""
+        return (*((v4,) if self.v4 else ()), *((v6,) if self.v6 else ()))
+
+    def node_ips(self, node: Node) -> tuple[IPAddress, ...]:
+        return self.pick(node.ip, node.ip6)
+
+    def pod_ips(self, pod: Pod) -> tuple[IPAddress, ...]:
+        return self.pick(pod.ip, pod.ip6)
+
+    def pod_cidrs(self, node: Node) -> tuple[IPNetwork, ...]:
+        return self.pick(node.pod_cidr, node.pod_cidr6)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """Kubernetes' names of its families, primary first."""
+        return self.pick("IPv4", "IPv6")
+
+    @property
+    def cluster_cidrs(self) -> tuple[IPNetwork, ...]:
+        return self.pick(POD_CIDR, POD_CIDR6)
+
+    @property
+    def service_cidrs(self) -> tuple[IPNetwork, ...]:
+        return self.pick(SERVICE_CIDR, SERVICE_CIDR6)
+
+    @property
+    def dns_ips(self) -> tuple[IPAddress, ...]:
+        return self.pick(DNS_SERVICE_IP, DNS_SERVICE_IP6)
+
+    @property
+    def outside_ips(self) -> tuple[IPAddress, ...]:
+        return self.pick(OUTSIDE_IP, OUTSIDE_IP6)
 
     @property
     def net_netns(self) -> str:
@@ -177,14 +251,16 @@ def make_nodes(prefix: str, cluster_id: str, count: int) -> tuple[Node, ...]:
 
 
 def initial(cluster_id: str, nodes: int, pods_per_node: int, mode: str, prefix: str = NETNS_PREFIX,
-            dns_pods: int | None = None) -> Cluster:
+            dns_pods: int | None = None, ip_family: str = "ipv4") -> Cluster:
     """A new cluster: `pods_per_node` web pods on every node and `dns_pods` DNS pods (default two, as
     kubeadm's CoreDNS Deployment; one with one node)."""
+    if ip_family not in IP_FAMILIES:
+        raise ValueError(f"--ip-family must be one of {', '.join(IP_FAMILIES)}, not {ip_family!r}")
     if pods_per_node < 0:
         raise ValueError(f"--pods-per-node must be 0 or more, not {pods_per_node}")
     if dns_pods is not None and dns_pods < 1:
         raise ValueError(f"--dns-pods must be 1 or more, not {dns_pods}")
-    cluster = Cluster(cluster_id, mode, make_nodes(prefix, cluster_id, nodes), prefix=prefix)
+    cluster = Cluster(cluster_id, mode, make_nodes(prefix, cluster_id, nodes), prefix=prefix, ip_family=ip_family)
     cluster = scale(cluster, DNS_DEPLOY, min(2, nodes) if dns_pods is None else dns_pods)[0]
     return scale(cluster, APP_DEPLOY, pods_per_node * nodes)[0]
 
@@ -271,6 +347,7 @@ def to_json(cluster: Cluster) -> dict[str, object]:
         "pods": [{"name": p.name, "namespace": p.namespace, "deploy": p.deploy, "node": p.node,
                   "slot": p.slot, "kind": p.kind} for p in cluster.pods],
         "serials": dict(cluster.serials), "cordoned": list(cluster.cordoned), "netns_prefix": cluster.prefix,
+        "ip_family": cluster.ip_family,
     }
 
 
@@ -288,7 +365,7 @@ def from_json(data: dict[str, object]) -> Cluster:
     cordoned = data.get("cordoned") or []
     assert isinstance(cordoned, list)
     return Cluster(cid, mode, nodes, pods, tuple(sorted((str(k), int(v)) for k, v in serials.items())),
-                   tuple(str(c) for c in cordoned), prefix)
+                   tuple(str(c) for c in cordoned), prefix, str(data.get("ip_family", "ipv4")))
 
 
 def _dicts(value: object) -> Sequence[dict[str, object]]:

@@ -4,13 +4,16 @@ Phases, as in the lab (`netkit.lab.wiring`): sysctls before interfaces exist; li
 created by the namespace that keeps one end, the other end placed straight into its peer namespace);
 addresses and link up; routes once every link is up. A pod added later (`scale`, `drain`) goes
 through the same three phases on its own (`pod_*` functions).
+
+IPv6 addresses are added `nodad`: with duplicate address detection each would be held back for a
+second or two and the first packets to it would fail.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from netkit.lab.cluster.plan import NODE_NET, OUTSIDE_IP, Cluster, Node, Pod
+from netkit.lab.cluster.plan import NODE_NET, NODE_NET6, Cluster, IPAddress, IPNetwork, Node, Pod
 from netkit.lab.wiring import COMMON_SYSCTLS, NODE_SYSCTLS
 
 Batches = dict[str, list[str]]
@@ -55,24 +58,32 @@ def pod_node_side(pod: Pod) -> list[str]:
     ]
 
 
+def addr(ip: IPAddress, net: IPNetwork, dev: str) -> str:
+    return f"addr add {ip}/{net.prefixlen} dev {dev}" + (" nodad" if ip.version == 6 else "")
+
+
 def address_batches(cluster: Cluster) -> Batches:
     net = cluster.net_netns
     batches: Batches = {ns: ["link set lo up"] for ns in cluster.namespaces}
-    batches[net] += [f"addr add {OUTSIDE_IP}/{NODE_NET.prefixlen} dev br0", "link set br0 up",
-                     *(f"link set {n.uplink} up" for n in cluster.nodes)]
+    nets: tuple[IPNetwork, ...] = cluster.pick(NODE_NET, NODE_NET6)
+    batches[net] += [*(addr(ip, n, "br0") for ip, n in zip(cluster.outside_ips, nets, strict=True)),
+                     "link set br0 up", *(f"link set {n.uplink} up" for n in cluster.nodes)]
     for node in cluster.nodes:
+        bridges: tuple[IPAddress, ...] = cluster.pick(node.bridge_ip, node.bridge_ip6)
         batches[node.netns] += [
-            f"addr add {node.bridge_ip}/{node.pod_cidr.prefixlen} dev cbr0",
-            f"addr add {node.ip}/{NODE_NET.prefixlen} dev eth0",
+            *(addr(ip, cidr, "cbr0") for ip, cidr in zip(bridges, cluster.pod_cidrs(node), strict=True)),
+            *(addr(ip, n, "eth0") for ip, n in zip(cluster.node_ips(node), nets, strict=True)),
             "link set cbr0 up", "link set eth0 up",
         ]
     for pod in cluster.pods:
-        batches[pod.netns] += pod_addresses(pod)
+        batches[pod.netns] += pod_addresses(cluster, pod)
     return batches
 
 
-def pod_addresses(pod: Pod) -> list[str]:
-    return [f"addr add {pod.ip}/24 dev eth0", "link set eth0 up"]
+def pod_addresses(cluster: Cluster, pod: Pod) -> list[str]:
+    cidrs = cluster.pod_cidrs(cluster.node(pod.node))
+    return [*(addr(ip, cidr, "eth0") for ip, cidr in zip(cluster.pod_ips(pod), cidrs, strict=True)),
+            "link set eth0 up"]
 
 
 def route_batches(cluster: Cluster) -> Batches:
@@ -84,13 +95,18 @@ def route_batches(cluster: Cluster) -> Batches:
 
 def node_routes(cluster: Cluster, node: Node) -> list[str]:
     """host-gw: every other node's pod CIDR via that node; the default via the (non-forwarding)
-    switch namespace, so unmatched traffic leaves like traffic to the internet."""
-    return [*(f"route add {other.pod_cidr} via {other.ip}" for other in cluster.nodes if other != node),
-            f"route add default via {OUTSIDE_IP}"]
+    switch namespace, so unmatched traffic leaves like traffic to the internet. Per family."""
+    out = []
+    for other in cluster.nodes:
+        if other != node:
+            out += [f"route add {cidr} via {ip}"
+                    for cidr, ip in zip(cluster.pod_cidrs(other), cluster.node_ips(other), strict=True)]
+    return out + [f"route add default via {ip}" for ip in cluster.outside_ips]
 
 
 def pod_routes(cluster: Cluster, pod: Pod) -> list[str]:
-    return [f"route add default via {cluster.node(pod.node).bridge_ip}"]
+    node = cluster.node(pod.node)
+    return [f"route add default via {ip}" for ip in cluster.pick(node.bridge_ip, node.bridge_ip6)]
 
 
 def resolv_conf(pod: Pod, dns_ip: str, domain: str) -> str:
