@@ -96,3 +96,21 @@ def test_the_sync_metric_is_read_labelled_or_not() -> None:
             f"{SYNC_METRIC}{{ip_family=\"IPv6\"}} 1.4e+09\n{SYNC_METRIC}_other 7\n")
     assert metric(text, SYNC_METRIC) == 1.4e9
     assert metric(f"{SYNC_METRIC} 0.0\n", SYNC_METRIC) == 0.0 and metric("", SYNC_METRIC) is None
+
+
+def test_a_dual_stack_service_gets_one_slice_per_family_with_the_pods_addresses_of_it() -> None:
+    c = plan.initial("abc123", 2, 1, "iptables", ip_family="dual")
+    ps = [objects.pod_object(c, p, ready=True) for p in c.pods]
+    both = controller.desired([service(ipFamilies=["IPv4", "IPv6"])], ps)
+    assert sorted(both) == [("default", "web-lab"), ("default", "web-lab-v6")]
+    assert both[("default", "web-lab")]["addressType"] == "IPv4"
+    six = both[("default", "web-lab-v6")]
+    assert six["addressType"] == "IPv6"
+    assert [e["addresses"] for e in six["endpoints"]] == [["fd00:244:0:1::10"], ["fd00:244:0:2::10"]]
+    only6 = controller.desired([service(clusterIP="fd00:96::64", ipFamilies=["IPv6"])], ps)
+    assert list(only6) == [("default", "web-lab-v6")]
+    dns = objects.dns_service(c)["spec"]
+    assert dns["clusterIPs"] == ["10.96.0.10", "fd00:96::a"] and dns["ipFamilyPolicy"] == "PreferDualStack"
+    node = objects.node_object(c, c.nodes[0])
+    assert node["spec"]["podCIDRs"] == ["10.244.1.0/24", "fd00:244:0:1::/64"]
+    assert [a["address"] for a in node["status"]["addresses"]] == ["192.0.2.11", "2001:db8:2::11", "node-1"]

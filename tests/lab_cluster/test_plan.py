@@ -121,3 +121,26 @@ def test_dns_pods_default_to_two_and_can_be_set() -> None:
     assert dns(plan.initial("abc123", 2, 0, "ipvs", dns_pods=3)) == ["node-1", "node-2", "node-1"]
     with pytest.raises(ValueError, match="--dns-pods"):
         plan.initial("abc123", 2, 0, "ipvs", dns_pods=0)
+
+
+def test_a_dual_stack_cluster_wires_both_families_and_an_ipv6_one_only_ipv6() -> None:
+    dual = plan.initial("abc123", 2, 1, "iptables", ip_family="dual")
+    assert plan.from_json(plan.to_json(dual)) == dual
+    node = dual.node("node-2")
+    assert wiring.node_routes(dual, node) == [
+        "route add 10.244.1.0/24 via 192.0.2.11", "route add fd00:244:0:1::/64 via 2001:db8:2::11",
+        "route add default via 192.0.2.1", "route add default via 2001:db8:2::1"]
+    addresses = wiring.address_batches(dual)[node.netns]
+    assert "addr add 2001:db8:2::12/64 dev eth0 nodad" in addresses and "addr add 192.0.2.12/24 dev eth0" in addresses
+    pod = dual.pods_of(APP_DEPLOY)[1]
+    assert wiring.pod_addresses(dual, pod)[:2] == ["addr add 10.244.2.10/24 dev eth0",
+                                                   "addr add fd00:244:0:2::10/64 dev eth0 nodad"]
+    assert dual.families == ("IPv4", "IPv6") and [str(c) for c in dual.cluster_cidrs] == ["10.244.0.0/16",
+                                                                                          "fd00:244::/48"]
+    six = plan.initial("abc123", 2, 1, "iptables", ip_family="ipv6")
+    assert six.families == ("IPv6",) and [str(ip) for ip in six.dns_ips] == ["fd00:96::a"]
+    assert not any("192.0.2" in line or "10.244" in line for lines in wiring.address_batches(six).values()
+                   for line in lines)
+    assert wiring.pod_routes(six, six.pods_of(APP_DEPLOY)[0]) == ["route add default via fd00:244:0:1::1"]
+    with pytest.raises(ValueError, match="--ip-family"):
+        plan.initial("abc123", 1, 1, "iptables", ip_family="ipv5")
