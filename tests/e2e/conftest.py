@@ -1,7 +1,9 @@
 """Kubernetes' [sig-network] e2e tests translated one to one against `netkit lab cluster`.
 
 One cluster per mode (session scope: each xdist worker builds at most one per mode, and pytest
-runs every test of one mode before building the next), shared by every test: each test uses
+runs every test of one mode before building the next) — iptables, nftables, and dual-stack (an
+iptables-mode cluster with both IP families, where the single-stack tests run unchanged on IPv4,
+the primary family, and the [Feature:IPv6DualStack] tests run only) — shared by every test: each test uses
 Services and deployments of its own names. `upstream("…")` names the upstream `ginkgo.It` test a
 function translates (`DESCRIBE` in its module: the upstream `SIGDescribe`); the name is in every
 failure and, with `NETKIT_E2E_RESULTS=FILE`, in the JSON of outcomes `tests/e2e/table.py` renders
@@ -28,7 +30,10 @@ from netkit.lab.sockets import Outcome
 from tests.conftest import need_root_and
 from tests.lab_cluster.conftest import UP_TIMEOUT, Kubectl, fresh, hit, in_pod, need_kubectl
 
-MODES = ("iptables", "nftables")
+MODES = ("iptables", "nftables", "dual-stack")
+# a mode is netkit's proxy mode, or dual-stack: an iptables-mode cluster with both IP families
+PROXY_MODE = {"dual-stack": "iptables"}
+IP_FAMILY = {"dual-stack": "dual"}
 RESULTS_ENV = "NETKIT_E2E_RESULTS"  # a file: the outcome of every test, by upstream name and mode
 POLL = 60.0  # seconds: the lab syncs in about a second; a loaded machine takes longer
 CLIENT_NODE = "node-3"
@@ -92,9 +97,14 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def cluster(mode: str) -> Iterator[Record]:
-    need_root_and("ip", *lifecycle.MODE_TOOLS[mode])
-    record = lifecycle.up(3, mode, 2, timeout=float(UP_TIMEOUT))
+def proxy_mode(mode: str) -> str:
+    return PROXY_MODE.get(mode, mode)
+
+
+@pytest.fixture(scope="session")
+def cluster(mode: str, proxy_mode: str) -> Iterator[Record]:
+    need_root_and("ip", *lifecycle.MODE_TOOLS[proxy_mode])
+    record = lifecycle.up(3, proxy_mode, 2, timeout=float(UP_TIMEOUT), ip_family=IP_FAMILY.get(mode, "ipv4"))
     try:
         yield record
     finally:

@@ -138,7 +138,7 @@ spec:
 
 
 @pytest.mark.upstream("should be rejected when no endpoints exist")
-def test_rejected_without_endpoints(cluster: Record, kubectl: Kubectl, exec_pod: str, mode: str) -> None:
+def test_rejected_without_endpoints(cluster: Record, kubectl: Kubectl, exec_pod: str, proxy_mode: str) -> None:
     """Services should be rejected when no endpoints exist: `agnhost connect no-pods:80` from a pod
     fails with REFUSED (not a timeout).
 
@@ -149,7 +149,7 @@ def test_rejected_without_endpoints(cluster: Record, kubectl: Kubectl, exec_pod:
     assert eventually(lambda: connect_by_name(cluster, exec_pod, "no-pods", 80) == "REFUSED", POLL,
                       "no-pods:80 refused")
     node = netns(cluster, CLIENT_NODE)
-    if mode == "iptables":
+    if proxy_mode == "iptables":
         rules = [r for r in node_rules(node, "iptables-save") if "default/no-pods" in r and "REJECT" in r]
         assert rules and all("--reject-with tcp-reset" in r for r in rules), rules
     else:
