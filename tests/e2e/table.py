@@ -1,4 +1,6 @@
-"""docs/e2e.md's table, generated from a test run: upstream test → our test → result per mode.
+"""docs/e2e.md's table, generated from a test run: upstream test → our test → result per mode
+(dual-stack: an iptables-mode cluster with both IP families; upstream's [Feature:IPv6DualStack]
+tests run there only, "—" in the other columns).
 
     NETKIT_E2E_RESULTS=tests/e2e/results.json pytest -n 2 tests/e2e   # as root
     python -m tests.e2e.table                                         # rewrites docs/e2e.md's table
@@ -17,8 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "tests" / "e2e" / "results.json"
 PAGE = ROOT / "docs" / "e2e.md"
 BEGIN, END = "<!-- e2e-table:begin -->", "<!-- e2e-table:end -->"
-MODES = ("iptables", "nftables")
+MODES = ("iptables", "nftables", "dual-stack")
 MARK = {"passed": "pass", "failed": "**FAIL**", "skipped": "skipped"}
+DUAL_STACK_ONLY = "[Feature:IPv6DualStack]"  # upstream's dual-stack tests: run in the dual-stack mode only
+GRANULAR = f"{DUAL_STACK_ONLY} Granular Checks: Services Secondary IP Family [LinuxOnly]"
+
+
+def modes_of(row: dict[str, str]) -> tuple[str, ...]:
+    """The modes a translated test runs in."""
+    return ("dual-stack",) if row["describe"] == DUAL_STACK_ONLY else MODES
 
 NOT_YET = (
     "Services should have session affinity timeout work for service with type clusterIP [LinuxOnly] [Conformance]",
@@ -48,6 +57,8 @@ NOT_YET = (
     "DNS should provide DNS for pods for Hostname [LinuxOnly] [Conformance]",
     "DNS should provide DNS for pods for Subdomain [Conformance]",
     "Services should check kube-proxy urls",
+    f"{GRANULAR} should be able to handle large requests: http",
+    f"{GRANULAR} should be able to handle large requests: udp",
 )
 NOT_EXPRESSIBLE = (
     ("Services should be rejected for evicted pods (no endpoints exist)",
@@ -58,6 +69,10 @@ NOT_EXPRESSIBLE = (
      "kubelet writes a pod's resolv.conf from dnsPolicy/dnsConfig; the lab's pods get a fixed one"),
     ("Services should be able to change the type and ports of a TCP service [Slow]",
      "needs a cloud load balancer"),
+    (f"{GRANULAR} should function for pod-Service: sctp [Feature:SCTPConnectivity][Disruptive]",
+     "SCTP sockets do not exist in the lab's kernel: no pod can serve SCTP"),
+    (f"{GRANULAR} should function for service endpoints using hostNetwork",
+     "needs endpoints on a node's network; the lab's pods always have namespaces of their own"),
 )
 
 
@@ -69,7 +84,7 @@ def load(path: Path = RESULTS) -> dict[str, dict[str, str]]:
 def table(results: dict[str, dict[str, str]]) -> str:
     lines = ["| upstream test | our test | " + " | ".join(MODES) + " |", "|---|---|" + "---|" * len(MODES)]
     for name, row in sorted(results.items(), key=lambda kv: (kv[1]['describe'], kv[0])):
-        cells = [MARK.get(row.get(m, ""), "not run") for m in MODES]
+        cells = [MARK.get(row.get(m, ""), "not run") if m in modes_of(row) else "—" for m in MODES]
         lines.append(f"| {row['describe']} {name} | `{row['test']}` | " + " | ".join(cells) + " |")
     lines += ["", "Not yet translated:", ""] + [f"- {name}" for name in NOT_YET]
     lines += ["", "Not expressible in the lab:", ""] + [f"- {name}: {why}." for name, why in NOT_EXPRESSIBLE]

@@ -27,7 +27,6 @@ from tests.lab_cluster.conftest import Kubectl, eventually, fresh, hit
 from .conftest import POLL, get, pods_of, start_serve_hostname
 
 DESCRIBE = "[Feature:IPv6DualStack]"  # the upstream SIGDescribe these tests belong to
-GRANULAR = "Granular Checks: Services Secondary IP Family [LinuxOnly] "
 
 pytestmark = [pytest.mark.netns,
               pytest.mark.parametrize("mode", ["dual-stack"], indirect=True, scope="session")]
@@ -239,7 +238,7 @@ def secondary_checks(record: Record, where: str, proto: str, net: Networking) ->
     dials_to(record, where, proto, net.secondary_node_ip, node_port, net.endpoints)
 
 
-@pytest.mark.upstream(GRANULAR + "should function for pod-Service: http")
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] should function for pod-Service: http")
 def test_pod_service_http(cluster: Record, networking: Networking, exec_pod: str) -> None:
     """[Feature:IPv6DualStack] Granular Checks: Services Secondary IP Family [LinuxOnly] should
     function for pod-Service: http: from the test pod to the secondary ClusterIP:80 and to a node's
@@ -247,34 +246,37 @@ def test_pod_service_http(cluster: Record, networking: Networking, exec_pod: str
     secondary_checks(cluster, exec_pod, "tcp", networking)
 
 
-@pytest.mark.upstream(GRANULAR + "should function for pod-Service: udp")
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] should function for pod-Service: udp")
 def test_pod_service_udp(cluster: Record, networking: Networking, exec_pod: str) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should function for pod-Service: udp: the same
     over UDP (port 90 and its node port)."""
     secondary_checks(cluster, exec_pod, "udp", networking)
 
 
-@pytest.mark.upstream(GRANULAR + "should function for node-Service: http")
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] "
+                      "should function for node-Service: http")
 def test_node_service_http(cluster: Record, networking: Networking) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should function for node-Service: http: from a
     node (the host network) to the secondary ClusterIP and the secondary node address:NodePort."""
     secondary_checks(cluster, "node-1", "tcp", networking)
 
 
-@pytest.mark.upstream(GRANULAR + "should function for node-Service: udp")
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] should function for node-Service: udp")
 def test_node_service_udp(cluster: Record, networking: Networking) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should function for node-Service: udp."""
     secondary_checks(cluster, "node-1", "udp", networking)
 
 
-@pytest.mark.upstream(GRANULAR + "should function for endpoint-Service: http")
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] "
+                      "should function for endpoint-Service: http")
 def test_endpoint_service_http(cluster: Record, networking: Networking) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should function for endpoint-Service: http: from
     an endpoint pod itself (reaching itself through the Service: hairpin) to both targets."""
     secondary_checks(cluster, sorted(networking.endpoints)[0], "tcp", networking)
 
 
-@pytest.mark.upstream(GRANULAR + "should function for endpoint-Service: udp")
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] "
+                      "should function for endpoint-Service: udp")
 def test_endpoint_service_udp(cluster: Record, networking: Networking) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should function for endpoint-Service: udp."""
     secondary_checks(cluster, sorted(networking.endpoints)[0], "udp", networking)
@@ -293,14 +295,14 @@ def update_endpoints(record: Record, kubectl: Kubectl, exec_pod: str, proto: str
     dials_to(record, exec_pod, proto, net.secondary_cluster_ip, port, remaining)
 
 
-@pytest.mark.upstream(GRANULAR + "should update endpoints: http")
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] should update endpoints: http")
 def test_update_endpoints_http(cluster: Record, kubectl: Kubectl, exec_pod: str) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should update endpoints: http: after a netserver
     pod is deleted, only the others answer on the secondary ClusterIP."""
     update_endpoints(cluster, kubectl, exec_pod, "tcp")
 
 
-@pytest.mark.upstream(GRANULAR + "should update endpoints: udp")
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] should update endpoints: udp")
 def test_update_endpoints_udp(cluster: Record, kubectl: Kubectl, exec_pod: str) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should update endpoints: udp."""
     update_endpoints(cluster, kubectl, exec_pod, "udp")
@@ -317,7 +319,8 @@ def affinity_check(record: Record, pod: str, proto: str, net: Networking) -> Non
     assert len(dial(record, pod, proto, net.affinity_ip, port, SESSION_AFFINITY_CHECKS)) == 1
 
 
-@pytest.mark.upstream(GRANULAR + "should function for client IP based session affinity: http [LinuxOnly]")
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] "
+                      "should function for client IP based session affinity: http [LinuxOnly]")
 def test_session_affinity_http(cluster: Record, networking: Networking, exec_pod: str) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should function for client IP based session
     affinity: http [LinuxOnly]: the session-affinity Service's secondary ClusterIP sends every
@@ -325,7 +328,8 @@ def test_session_affinity_http(cluster: Record, networking: Networking, exec_pod
     affinity_check(cluster, exec_pod, "tcp", networking)
 
 
-@pytest.mark.upstream(GRANULAR + "should function for client IP based session affinity: udp [LinuxOnly]")
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] "
+                      "should function for client IP based session affinity: udp [LinuxOnly]")
 def test_session_affinity_udp(cluster: Record, networking: Networking, exec_pod: str) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should function for client IP based session
     affinity: udp [LinuxOnly]."""
