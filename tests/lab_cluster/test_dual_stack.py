@@ -107,6 +107,17 @@ def test_a_require_dual_stack_service_is_carried_over_both_families(dual: Record
     for family, address in (("4", v4), ("6", v6)):
         backend, connected = by_name(cluster, client, "both", family)
         assert backend in web and connected == address
+    traced = lab_cluster(cluster, "trace", client, "--to", f"[{v6}]:80")  # from the pod's IPv6 address
+    assert traced.returncode == 0 and traced.stdout.startswith(f"{c.pod(client).ip6} → [{v6}]:80/tcp"), traced
+    assert all(f"[{p.ip6}]:8080 50.0%" in traced.stdout for p in c.pods_of("web")), traced.stdout
+    (row,) = json.loads(lab_cluster(cluster, "status", "-o", "json").stdout)
+    assert row["ip_family"] == "dual" and row["nodes"][0]["ips"] == ["192.0.2.11", "2001:db8:2::11"]
+    assert next(s for s in row["services"] if s["name"] == "default/both")["clusterIPs"] == [v4, v6]
+
+
+def lab_cluster(record: Record, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "netkit", "lab", "cluster", *args, "-c", record.cluster_id],
+                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("family", ["dual", "ipv6"])
