@@ -98,6 +98,7 @@ def test_down_after_a_crash_leaves_nothing() -> None:
 
 @pytest.mark.parametrize("args", [
     ("up", "--nodes", "0"), ("up", "--mode", "userspace"), ("up", "--frobnicate"), ("up", "--dns-pods", "0"),
+    ("up", "--ip-family", "ipv5"),
     ("scale", "web"),
     ("down", "zzzzzz"), ("status", "--cluster", "zzzzzz"), ("frob",), ("down", "--everything"), ("drain",),
     ("trace", "web-1"), ("status", "-o", "yaml"), ("kubeconfig", "--cluster", "zzzzzz"), ("exec", "-c", "zzzzzz", "x"),
