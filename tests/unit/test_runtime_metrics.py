@@ -111,6 +111,19 @@ def test_network_programming_buckets_are_kube_proxys() -> None:
     assert les[:3] == ["0.25", "0.5", "1.0"] and les[-2:] == ["300.0", "+Inf"]
 
 
+@pytest.mark.parametrize("name", ["kubeproxy_conntrack_reconciler_sync_duration_seconds",
+                                  "kubeproxy_sync_proxy_rules_duration_seconds",
+                                  "kubeproxy_sync_full_proxy_rules_duration_seconds",
+                                  "kubeproxy_sync_partial_proxy_rules_duration_seconds"])
+def test_duration_buckets_are_kube_proxys(name: str) -> None:
+    """pkg/proxy/metrics gives these histograms ExponentialBuckets(0.001, 2, 15): 1 ms doubling to
+    16.384 s, then +Inf; a dashboard's quantiles over them mean the same as over kube-proxy's."""
+    fam = _page(Metrics("iptables"))[name]
+    les = [s["le"] for s in fam[2] if "le" in s and s["ip_family"] == "IPv4"]
+    assert les[-1] == "+Inf"
+    assert [float(le) for le in les[:-1]] == pytest.approx([0.001 * 2 ** k for k in range(15)])
+
+
 def test_no_local_endpoints_counts_like_kube_proxy() -> None:
     def svc(name: str, ip: str, **spec: object) -> dict[str, object]:
         port = {"name": "http", "port": 80, "targetPort": 8080}
