@@ -32,7 +32,7 @@ unit: setup
 	$(PY) -m pytest -n auto -q tests/unit
 
 lint: setup
-	$(PY) -m ruff check netkit tests bench
+	$(PY) -m ruff check netkit tests bench scripts
 	$(PY) -m mypy
 	$(PY) -m vulture
 

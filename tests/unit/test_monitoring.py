@@ -24,6 +24,7 @@ from netkit.model import IPFamily
 from netkit.rules.registry import MODES
 from netkit.runtime.metrics import Metrics
 from netkit.yamlload import safe_load, safe_load_all
+from tests.dashboard_script import load
 
 MONITORING = Path(__file__).parents[2] / "deploy" / "monitoring"
 RULES, RULE_TESTS, DASHBOARD = (MONITORING / n for n in ("netkit-rules.yaml", "netkit-rules.test.yaml",
@@ -142,3 +143,29 @@ def test_every_metric_used_is_served(source: str) -> None:
 def test_a_name_nobody_serves_is_caught() -> None:
     """The check above can fail: a misspelt metric is not among the served ones."""
     assert metric_names('rate(kubeproxy_sync_proxy_rule_duration_seconds_bucket{job="netkit"}[5m])') - served()
+
+
+def test_the_dashboard_picture_queries_every_panel() -> None:
+    """scripts/dashboard_png.py (docs/img/dashboard.png) sends every target of every graph panel,
+    with every Grafana variable filled in, and each query parses."""
+    script = load()
+    dashboard = json.loads(DASHBOARD.read_text())
+    graphs = {p["id"]: p for p in dashboard["panels"] if p["type"] != "row"}
+    sent = script.queries(dashboard, scrape=2.0, step=4.0)
+    assert sent.keys() == graphs.keys()
+    for pid, panel in graphs.items():
+        assert [t.ref for t, _ in sent[pid]] == [t["refId"] for t in panel["targets"]]
+        for _, query in sent[pid]:
+            assert "$" not in query, query
+            promql_parser.parse(query)
+
+
+def test_the_dashboard_picture_uses_grafanas_rate_interval() -> None:
+    """$__rate_interval is max(interval + scrape interval, 4 × scrape interval), as Grafana's."""
+    script = load()
+    assert script.rate_interval(2.0, 4.0) == 8.0 and script.rate_interval(1.0, 10.0) == 11.0
+    assert script.promql('rate(x{instance=~"$instance"}[$__rate_interval])', 8.0) == 'rate(x{instance=~".*"}[8s])'
+    with pytest.raises(ValueError, match="does not fill in"):
+        script.promql("rate(x[$__range])", 8.0)
+    assert script.legend("p99 {{instance}} {{ ip_family }}", {"instance": "a:1", "ip_family": "IPv4"}) == \
+        "p99 a:1 IPv4"
