@@ -74,8 +74,9 @@ class Address:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-def parse_address(text: str, default_port: int = DNS_PORT) -> Address:
-    """'10.0.0.1', '10.0.0.1:5353', 'fd00::1', '[fd00::1]:5353'."""
+def parse_address(text: str, default_port: int = DNS_PORT, *, listen: bool = False) -> Address:
+    """'10.0.0.1', '10.0.0.1:5353', 'fd00::1', '[fd00::1]:5353'; port 0 only for a `listen` address
+    (any free port, the one bound is said)."""
     host, port = text.strip(), default_port
     if host.startswith("["):
         host, sep, rest = host[1:].partition("]")
@@ -89,7 +90,7 @@ def parse_address(text: str, default_port: int = DNS_PORT) -> Address:
         ip_address(host)
     except ValueError:
         raise UpstreamError(f"{text!r}: not an IP address") from None
-    if not 0 < port < 65536:
+    if not (0 if listen else 1) <= port < 65536:
         raise UpstreamError(f"{text!r}: port out of range")
     return Address(host, port)
 

@@ -156,6 +156,7 @@ class Daemon:
         self._node_seen = False
         self._node_changed = asyncio.Event()
         self._http_tasks: list[asyncio.Task[None]] = []
+        self.serving: dict[str, str] = {}  # "healthz"/"metrics"/"dns" → HOST:PORT bound (port 0: the one chosen)
         self._dns: DnsServer | None = None
         self._dns_options: DnsOptions | None = None
         self._dns_dirty = asyncio.Event()
@@ -259,7 +260,8 @@ class Daemon:
                       exc.strerror or exc, self.options.bind_retry)
             return False
         await web.SockSite(runner, sock).start()
-        log.info("serving %s on %s", name, address)
+        self.serving[name] = _host_port(*sock.getsockname()[:2])
+        log.info("serving %s on %s", name, self.serving[name])
         return True
 
     async def _bind_later(self, name: str, runner: web.AppRunner, address: str) -> None:
@@ -279,9 +281,11 @@ class Daemon:
         # without --dns-upstream: the node's resolvers, as kubeadm's `forward . /etc/resolv.conf`
         upstreams = [parse_address(u) for u in self.options.dns_upstreams] or resolv_conf_upstreams()
         with listening("--dns-listen", self.options.dns_listen or ""):  # one line naming it (netkit.errors)
-            self._dns = DnsServer(Engine(options), parse_address(self.options.dns_listen or ""),
+            self._dns = DnsServer(Engine(options), parse_address(self.options.dns_listen or "", listen=True),
                                   Forwarder(upstreams))
-            await self._dns.start()  # answers SERVFAIL until the first complete view is installed
+            bound = await self._dns.start()  # answers SERVFAIL until the first complete view is installed
+        self.serving["dns"] = _host_port(bound.host, bound.port)
+        log.info("serving dns on %s", self.serving["dns"])
 
     async def _start_runner(self) -> None:
         await self.store.wait_synced()
@@ -516,6 +520,10 @@ class Daemon:
         """`run --cleanup`: every mode's rules, as kube-proxy --cleanup (netkit.rules.cleanup)."""
         from netkit.rules import cleanup
         cleanup.execute([cleanup.survey(cleanup.MODES, f, self.options.netns) for f in self.options.families])
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _trigger_time(obj: Any) -> float | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from ipaddress import ip_network
@@ -33,11 +33,24 @@ from .conftest import FAST
 
 WEB = "default/web:http/tcp"
 
+# `netkit run` as a process runs inside the test's own namespace (`ip netns exec`), where kube-proxy's
+# fixed ports are free: a port picked free on the machine's loopback can be taken by another process
+# (a loopback connection's ephemeral port is enough) before the daemon binds it.
+HEALTHZ, METRICS = "127.0.0.1:10256", "127.0.0.1:10249"
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+
+def netkit_in(netns: str, *args: str) -> list[str]:
+    """The command line of `netkit ARGS` run inside `netns`."""
+    return ["ip", "netns", "exec", netns, sys.executable, "-m", "netkit", *args]
+
+
+def get_in(netns: str, address: str, path: str, timeout: float = 2.0) -> tuple[int, str]:
+    """GET http://ADDRESS/PATH from inside `netns`: the status and the body (OSError: no answer)."""
+    from netkit.lab.cluster.nodehttp import get
+
+    host, _, port = address.rpartition(":")
+    answer = get(netns, host, int(port), path, timeout)
+    return answer.status, answer.body
 
 
 def config(backend: str = "legacy", **changes: Any) -> Config:
@@ -51,8 +64,9 @@ def options(netns: str, cfg: Config, *, kubeconfig: Path | None = None, files: t
     return DaemonOptions(
         config=cfg, families=(IPFamily.IPV4,), netns=netns, files=files,
         api=ApiSettings(kubeconfig=str(kubeconfig)) if kubeconfig else None,
-        healthz_address=f"127.0.0.1:{free_port()}" if health else None,
-        metrics_address=f"127.0.0.1:{free_port()}" if health else None,
+        # port 0: the daemon binds a free port itself and says which (Daemon.serving)
+        healthz_address="127.0.0.1:0" if health else None,
+        metrics_address="127.0.0.1:0" if health else None,
         health_check_host="127.0.0.1", reflector_options=FAST, **changes)
 
 
@@ -117,6 +131,16 @@ class Running:
     kubectl: Kubectl | None
     backend: str
     task: asyncio.Task[None] | None = None
+
+    async def serving(self, name: str) -> str:
+        """HOST:PORT where the daemon serves `name` ("healthz", "metrics"), once it listens."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + EVENT_TIMEOUT
+        while name not in self.daemon.serving:
+            if loop.time() > deadline:
+                raise AssertionError(f"the daemon does not serve {name} after {EVENT_TIMEOUT} s")
+            await asyncio.sleep(0.02)
+        return self.daemon.serving[name]
 
     def dump(self) -> Ruleset:
         return IptablesKernel(IPFamily.IPV4, self.netns, self.backend).dump()

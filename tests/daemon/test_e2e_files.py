@@ -10,9 +10,7 @@ import json
 import logging
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,21 @@ import pytest
 from netkit.rules.iptables.summary import summarize
 
 from .conftest import run
-from .e2e import WEB, Running, config, free_port, options, start_daemon, stop_daemon, web_service, web_slice, with_ports
+from .e2e import (
+    HEALTHZ,
+    METRICS,
+    WEB,
+    Running,
+    config,
+    get_in,
+    netkit_in,
+    options,
+    start_daemon,
+    stop_daemon,
+    web_service,
+    web_slice,
+    with_ports,
+)
 
 A, B, C = "10.244.1.11", "10.244.1.12", "10.244.2.11"
 
@@ -53,9 +65,8 @@ def test_file_source_follows_an_edit(netns: str, tmp_path: Path) -> None:
     run(scenario())
 
 
-def _synced(metrics: str) -> bool:
-    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=2) as resp:
-        text = resp.read().decode()
+def _synced(netns: str) -> bool:
+    text = get_in(netns, METRICS, "/metrics")[1]
     series = 'kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} '
     line = next(x for x in text.splitlines() if x.startswith(series))
     return float(line.split()[1]) > 0
@@ -76,28 +87,26 @@ def test_the_command_runs_serves_health_and_stops_on_sigterm(netns: str, tmp_pat
     from netkit.rules.iptables.kernel import IptablesKernel
 
     (tmp_path / "web.yaml").write_text(web_service() + "---\n" + web_slice([A, B]))
-    healthz, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    cmd = [sys.executable, "-m", "netkit", "run", "-f", str(tmp_path), "--node-name", "node-a",
-           "--cluster-cidr", "10.244.0.0/16", "--netns", netns, "--ip-family", "ipv4",
-           "--iptables-backend", "legacy", "--min-sync-period", "0.1", "--sync-period", "3",
-           "--healthz-bind-address", healthz, "--metrics-bind-address", metrics]
+    cmd = netkit_in(netns, "run", "-f", str(tmp_path), "--node-name", "node-a",
+                    "--cluster-cidr", "10.244.0.0/16", "--netns", netns, "--ip-family", "ipv4",
+                    "--iptables-backend", "legacy", "--min-sync-period", "0.1", "--sync-period", "3",
+                    "--healthz-bind-address", HEALTHZ, "--metrics-bind-address", METRICS)
     log_path = tmp_path / "daemon.log"
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_file, text=True)
     kernel = IptablesKernel(IPFamily.IPV4, netns, "legacy")
     try:
-        _wait(lambda: _synced(metrics), 20, "a completed sync")
+        _wait(lambda: _synced(netns), 20, "a completed sync")
         # the first sync also removes other modes' leftovers after the metrics are updated
         _wait(lambda: '"sync done"' in log_path.read_text(), 20, "the first sync's log line")
         assert summarize(kernel.dump()).get(WEB) == with_ports([A, B])
-        with urllib.request.urlopen(f"http://{healthz}/healthz", timeout=2) as resp:
-            assert resp.status == 200 and "lastUpdated" in json.loads(resp.read())
-        with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=2) as resp:
-            page = resp.read()
-        assert b"kubeproxy_sync_proxy_rules_last_timestamp_seconds" in page
+        status, body = get_in(netns, HEALTHZ, "/healthz")
+        assert status == 200 and "lastUpdated" in json.loads(body)
+        page = get_in(netns, METRICS, "/metrics")[1]
+        assert "kubeproxy_sync_proxy_rules_last_timestamp_seconds" in page
         # kube-proxy's nfacct counters, created at start in the namespace: counted in the rules, exported
-        assert b"\nkubeproxy_iptables_ct_state_invalid_dropped_packets_total 0.0\n" in page
-        assert b"\nkubeproxy_iptables_localhost_nodeports_accepted_packets_total 0.0\n" in page
+        assert "\nkubeproxy_iptables_ct_state_invalid_dropped_packets_total 0.0\n" in page
+        assert "\nkubeproxy_iptables_localhost_nodeports_accepted_packets_total 0.0\n" in page
         assert "--nfacct-name  ct_state_invalid_dropped_pkts" in kernel.dump().rules("filter", "KUBE-FORWARD")[0]
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +76,7 @@ def netns_get(netns: str, port: int) -> tuple[int, dict[str, str], str]:
 
 
 async def probe(r: Running, path: str) -> tuple[int, dict[str, Any]]:
-    async with aiohttp.ClientSession() as http, http.get(f"http://{r.daemon.options.healthz_address}{path}") as resp:
+    async with aiohttp.ClientSession() as http, http.get(f"http://{await r.serving('healthz')}{path}") as resp:
         return resp.status, json.loads(await resp.text())
 
 
@@ -110,7 +112,7 @@ def test_node_lifecycle_turns_healthz_not_livez(netns: str, tmp_path: Path) -> N
             await r.kubectl("delete", "node", "node-a")
             await until(lambda: _is(status(r), (503, 200, False)), "the Node gone")
             async with aiohttp.ClientSession() as http:
-                async with http.get(f"http://{r.daemon.options.metrics_address}/metrics") as resp:
+                async with http.get(f"http://{await r.serving('metrics')}/metrics") as resp:
                     page = await resp.text()
             assert 'kubeproxy_proxy_healthz_total{code="503"}' in page
             assert 'kubeproxy_proxy_livez_total{code="200"}' in page
@@ -202,43 +204,49 @@ async def _port_closed(netns: str) -> bool:
 
 
 def test_a_busy_healthz_port_is_logged_and_retried(netns: str, tmp_path: Path) -> None:
-    from .e2e import config, free_port, options, start_daemon, stop_daemon
+    """As kube-proxy: a health port in use stops nothing; it is logged and tried again every 5 s, and
+    served once free. `netkit run` runs inside the test's namespace, where the test holds the port."""
+    from .e2e import HEALTHZ, METRICS, get_in, netkit_in, web_service, web_slice
 
-    port = free_port()
-    blocker = socket.socket()
-    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    blocker.bind(("127.0.0.1", port))
+    (tmp_path / "web.yaml").write_text(web_service() + "---\n" + web_slice(["10.244.1.11"]))
+    host, _, port = HEALTHZ.rpartition(":")
+    blocker = socket_in(netns, socket.AF_INET, socket.SOCK_STREAM)
+    blocker.bind((host, int(port)))
     blocker.listen(1)
+    log = tmp_path / "daemon.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(netkit_in(netns, "run", "-f", str(tmp_path), "--node-name", "node-a",
+                                          "--cluster-cidr", "10.244.0.0/16", "--netns", netns, "--ip-family", "ipv4",
+                                          "--iptables-backend", "legacy", "--healthz-bind-address", HEALTHZ,
+                                          "--metrics-bind-address", METRICS), stdout=subprocess.DEVNULL, stderr=err)
 
-    async def scenario() -> None:
-        from netkit.testing.apiserver import TestApiServer
-
-        from .e2e import Kubectl
-        async with TestApiServer(bookmark_interval=0.5) as srv:
-            kubectl = Kubectl(srv, tmp_path)
-            opts = options(netns, config(), kubeconfig=kubectl.kubeconfig, bind_retry=0.2)
-            from dataclasses import replace
-            daemon, task = await start_daemon(replace(opts, healthz_address=f"127.0.0.1:{port}"))
-            try:
-                await asyncio.wait_for(daemon.synced.wait(), EVENT_TIMEOUT)  # the busy port does not stop the daemon
-                assert not task.done()
-                blocker.close()
-                await until(lambda: _healthz_up(port), "healthz once the port is free")
-            finally:
-                await stop_daemon(task)
+    def synced() -> bool:  # the busy port does not stop the daemon
+        series = 'kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} '
+        return any(line.startswith(series) and float(line.split()[-1]) > 0
+                   for line in get_in(netns, METRICS, "/metrics")[1].splitlines())
 
     try:
-        run(scenario())
+        _eventually(synced, proc, "a sync while the health port is busy")
+        _eventually(lambda: "failed to start the healthz server" in log.read_text(), proc, "the bind failure logged")
+        blocker.close()
+        _eventually(lambda: get_in(netns, HEALTHZ, "/healthz")[0] == 200, proc, "healthz once the port is free")
     finally:
         blocker.close()
+        proc.terminate()
+        proc.wait(EVENT_TIMEOUT)
 
 
-async def _healthz_up(port: int) -> bool:
-    try:
-        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/healthz") as resp:
-            return resp.status == 200
-    except aiohttp.ClientError:
-        return False
+def _eventually(check: Any, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + EVENT_TIMEOUT
+    while True:
+        assert proc.poll() is None, f"netkit run exited ({proc.returncode}) before {what}"
+        try:
+            if check():
+                return
+        except OSError:
+            pass  # not answering yet
+        assert time.monotonic() < deadline, f"timed out after {EVENT_TIMEOUT} s waiting for {what}"
+        time.sleep(0.05)
 
 
 def test_node_cidr_waits_for_the_nodes_pod_cidrs(netns: str, tmp_path: Path) -> None:
@@ -272,7 +280,7 @@ def test_proxy_mode_is_served_on_the_metrics_address(netns: str, tmp_path: Path,
         async with running_daemon(netns, tmp_path, health=True, mode=mode) as r:
             await asyncio.wait_for(r.daemon.synced.wait(), EVENT_TIMEOUT)  # serving by then
             async with aiohttp.ClientSession() as http:
-                async with http.get(f"http://{r.daemon.options.metrics_address}/proxyMode") as resp:
+                async with http.get(f"http://{await r.serving('metrics')}/proxyMode") as resp:
                     body = await resp.read()
                     assert resp.status == 200
                     assert resp.headers["Content-Type"] == "text/plain; charset=utf-8"

@@ -15,14 +15,14 @@ import os
 import re
 import shutil
 import signal
-import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from netkit.lab.cluster.controlplane import api_listener
+from netkit.lab.cluster.plan import API_PORT
 from netkit.model import IPFamily
 from netkit.rules.iptables.kernel import IptablesKernel
 from netkit.rules.iptables.summary import summarize
@@ -30,7 +30,7 @@ from netkit.testing.apiserver import TestApiServer
 from tests.daemon.conftest import EVENT_TIMEOUT
 
 from .conftest import run
-from .e2e import WEB, Kubectl, free_port, web_service, web_slice, with_ports
+from .e2e import HEALTHZ, METRICS, WEB, Kubectl, get_in, netkit_in, web_service, web_slice, with_ports
 
 CONFIGMAP = Path(__file__).parent / "kubeadm" / "kube-proxy-configmap.yaml"
 TOKEN = "kubeadm-service-account-token"
@@ -73,14 +73,6 @@ def metric(page: str, name: str) -> float:
     return float(m.group(1))
 
 
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-
-
 async def until(check: Any, timeout: float, what: str) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -100,29 +92,30 @@ SYNCS = 'kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"}'
 
 
 def test_kubeadms_configmap_verbatim_runs_the_daemon(netns: str, tmp_path: Path) -> None:
-    healthz, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
     kernel = IptablesKernel(IPFamily.IPV4, netns, "legacy")
 
     async def scenario() -> None:
         async with TestApiServer(bookmark_interval=0.5) as srv:
             kubectl = Kubectl(srv, tmp_path)
-            await kubectl.apply_text("create", configmap_for(srv.url))
+            # the daemon runs inside the test's namespace, where the API answers on 127.0.0.1:6443 too
+            await srv.serve_socket(api_listener(netns))
+            await kubectl.apply_text("create", configmap_for(f"http://127.0.0.1:{API_PORT}"))
             await kubectl.apply_text("create", NODE + "---\n" + web_service() + "---\n" + web_slice([A, B]))
             config = project(await kubectl("-n", "kube-system", "get", "cm", "kube-proxy", "-o", "yaml"), tmp_path)
             env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}  # no in-cluster config
-            cmd = [sys.executable, "-m", "netkit", "run", f"--config={config}", "--hostname-override=node-a",
-                   # netkit's own: the test's namespace, one family, and free ports on the test machine
-                   "--netns", netns, "--ip-family", "ipv4", "--iptables-backend", "legacy",
-                   f"--healthz-bind-address={healthz}", f"--metrics-bind-address={metrics}"]
+            cmd = netkit_in(netns, "run", f"--config={config}", "--hostname-override=node-a",
+                            # netkit's own: the test's namespace, one family (kube-proxy's ports, in there)
+                            "--netns", netns, "--ip-family", "ipv4", "--iptables-backend", "legacy",
+                            f"--healthz-bind-address={HEALTHZ}", f"--metrics-bind-address={METRICS}")
             proc = await asyncio.create_subprocess_exec(*cmd, env=env, stderr=asyncio.subprocess.PIPE)
             try:
-                await until(lambda: metric(get(f"http://{metrics}/metrics")[1], SYNCS) >= 1, 20, "the first sync")
+                await until(lambda: metric(get_in(netns, METRICS, "/metrics")[1], SYNCS) >= 1, 20, "the first sync")
                 assert summarize(await asyncio.to_thread(kernel.dump)).get(WEB) == with_ports([A, B])
                 # kube-proxy's defaults for kubeadm's 0s periods: 30 s / 1 s. Over a quiet window nothing
                 # more is synced (the periodic sync is 30 s away; with 0s taken literally this was
                 # ~40 syncs a second), so 3 s tell what 10 s would, and the test stays short.
                 await asyncio.sleep(3)
-                assert metric(get(f"http://{metrics}/metrics")[1], SYNCS) == 1
+                assert metric(get_in(netns, METRICS, "/metrics")[1], SYNCS) == 1
                 # A burst of changes is coalesced by the 1 s minimum interval.
                 loop = asyncio.get_running_loop()
                 start = loop.time()
@@ -130,15 +123,15 @@ def test_kubeadms_configmap_verbatim_runs_the_daemon(netns: str, tmp_path: Path)
                     await kubectl.apply_text("replace", web_slice(ips))
                 await until(lambda: summarize(kernel.dump()).get(WEB) == with_ports([C]), 10, "the last change")
                 elapsed = loop.time() - start
-                syncs = metric(get(f"http://{metrics}/metrics")[1], SYNCS) - 1
+                syncs = metric(get_in(netns, METRICS, "/metrics")[1], SYNCS) - 1
                 assert 1 <= syncs <= int(elapsed) + 2, (syncs, elapsed)
-                page = get(f"http://{metrics}/metrics")[1]
+                page = get_in(netns, METRICS, "/metrics")[1]
                 live = await asyncio.to_thread(kernel.dump)  # after partial syncs: counted from their plans
                 for table in ("nat", "filter"):
                     rules = sum(len(r) for r in live.chains(table).values())
                     assert metric(page, 'kubeproxy_sync_proxy_rules_iptables_total{ip_family="IPv4",'
                                         f'table="{table}"}}') == rules, table
-                status, body = get(f"http://{healthz}/healthz")
+                status, body = get_in(netns, HEALTHZ, "/healthz")
                 doc = json.loads(body)
                 assert status == 200 and doc["nodeEligible"] is True and doc["healthy"] is True
                 assert set(doc["status"]) == {"IPv4"}

@@ -77,8 +77,7 @@ def test_health_and_metrics_of_a_running_daemon(netns: str, tmp_path: Path) -> N
             assert r.kubectl is not None
             await r.kubectl.apply_text("create", web_service() + "---\n" + web_slice([A, B]))
             await r.converge(lambda s: s.get(WEB) == with_ports([A, B]), what="web")
-            healthz = r.daemon.options.healthz_address
-            metrics = r.daemon.options.metrics_address
+            healthz, metrics = await r.serving("healthz"), await r.serving("metrics")
             async with aiohttp.ClientSession() as http:
                 for path in ("/healthz", "/livez"):
                     async with http.get(f"http://{healthz}{path}") as resp:

@@ -17,9 +17,7 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Sequence
 
 import pytest
@@ -33,7 +31,7 @@ from netkit.rules.iptables.kernel import IptablesKernel
 from netkit.rules.iptables.names import CT_STATE_INVALID_DROPPED
 from netkit.rules.nftables.kernel import NftKernel
 from tests.conftest import EXAMPLES, ROOT, need_root_and
-from tests.daemon.e2e import free_port
+from tests.daemon.e2e import METRICS, get_in, netkit_in
 
 pytestmark = pytest.mark.netns
 METRIC = "kubeproxy_iptables_ct_state_invalid_dropped_packets_total"
@@ -55,9 +53,9 @@ def send_syn_fin(dst: str, dport: int, seqs: Sequence[int]) -> int:
     return len(seqs)
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
-        return str(reply.read().decode())
+def scrape(lab: Lab) -> str:
+    """The daemon's /metrics, served inside node A (where it runs)."""
+    return get_in(lab.node_a.netns, METRICS, "/metrics")[1]
 
 
 def counted(page: str) -> float | None:
@@ -81,11 +79,12 @@ def wait_for(what: str, check, timeout: float = 20.0):  # type: ignore[no-untype
         time.sleep(0.1)
 
 
-def daemon(lab: Lab, backend: str, port: int, mode: str = "iptables") -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "netkit", "run", "-f", str(EXAMPLES), "--netns", lab.node_a.netns,
-            "--node-name", "node-a", "--cluster-cidr", "10.244.0.0/16", "--ip-family", "ipv4", "--proxy-mode", mode,
-            "--iptables-backend", backend, "--metrics-bind-address", f"127.0.0.1:{port}",
-            "--healthz-bind-address", "", "--no-conntrack", "--log-format", "text"]
+def daemon(lab: Lab, backend: str, mode: str = "iptables") -> subprocess.Popen[str]:
+    """`netkit run` inside node A (its metrics port there is the test's own), programming node A."""
+    argv = netkit_in(lab.node_a.netns, "run", "-f", str(EXAMPLES), "--netns", lab.node_a.netns,
+                     "--node-name", "node-a", "--cluster-cidr", "10.244.0.0/16", "--ip-family", "ipv4",
+                     "--proxy-mode", mode, "--iptables-backend", backend, "--metrics-bind-address", METRICS,
+                     "--healthz-bind-address", "", "--no-conntrack", "--log-format", "text")
     return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -136,10 +135,9 @@ def test_invalid_forwarded_packets_are_dropped_and_counted(backend: str) -> None
         _, failed = nfacct.ensure_counters(lab.node_a.netns, (CT_STATE_INVALID_DROPPED,))
         if failed:
             pytest.skip(f"needs nfnetlink_acct (the kernel's nfacct): {failed[CT_STATE_INVALID_DROPPED]}")
-        port = free_port()
-        proc = daemon(lab, backend, port)
+        proc = daemon(lab, backend)
         try:
-            _check(lab, backend, port)
+            _check(lab, backend)
         finally:
             stop(proc)
 
@@ -149,7 +147,7 @@ def test_nftables_mode_forwards_invalid_packets_as_kube_proxys() -> None:
     leaves to conntrack.tcpBeLiberal): the segments iptables mode drops above reach the pod."""
     need_root_and("ip", "nft")
     with running() as lab:
-        proc = daemon(lab, "legacy", free_port(), mode="nftables")
+        proc = daemon(lab, "legacy", mode="nftables")
         try:
             kernel = NftKernel("ip", lab.node_a.netns, transport="cli")
             wait_for("the daemon's nftables table", lambda: True if kernel.dump() is not None else None)
@@ -160,7 +158,7 @@ def test_nftables_mode_forwards_invalid_packets_as_kube_proxys() -> None:
             stop(proc)
 
 
-def _check(lab: Lab, backend: str, port: int) -> None:
+def _check(lab: Lab, backend: str) -> None:
     kernel = IptablesKernel(IPFamily.IPV4, lab.node_a.netns, backend)
 
     def synced() -> bool | None:
@@ -168,11 +166,11 @@ def _check(lab: Lab, backend: str, port: int) -> None:
         return True if rules and "--nfacct-name  ct_state_invalid_dropped_pkts" in rules[0] else None
 
     wait_for("the daemon's rules with the counting INVALID drop", synced)
-    assert wait_for("/metrics", lambda: counted(scrape(port))) == 0.0
+    assert wait_for("/metrics", lambda: counted(scrape(lab))) == 0.0
     # The path forwards: an ordinary connection from the client reaches the pod and counts nothing.
     reply = lab.connect("client", POD_IP, lab.ports[0])
     assert reply.answered and reply.backend == POD, reply
-    assert counted(scrape(port)) == 0.0
+    assert counted(scrape(lab)) == 0.0
     assert syn_fin_reaching_the_pod(lab, timeout=0.5) == set()  # dropped on node A
     assert nfacct.read(CT_STATE_INVALID_DROPPED, lab.node_a.netns) == SEGMENTS
-    assert counted(scrape(port)) == float(SEGMENTS)
+    assert counted(scrape(lab)) == float(SEGMENTS)
