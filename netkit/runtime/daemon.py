@@ -149,6 +149,9 @@ class Daemon:
         self.state: NodeState | None = None
         self.last_result: SyncResult | None = None
         self.synced = asyncio.Event()  # set after the first successful sync
+        # kube-proxy's trackerStartTime: a trigger time before the daemon started is no latency of
+        # its own (a restarted daemon reads every slice again, changed hours ago)
+        self._started = time.time()
         self._syncing = False
         self._trigger_times: list[float] = []
         self._pending: dict[str, set[Any]] = {"Service": set(), "EndpointSlice": set()}
@@ -377,7 +380,7 @@ class Daemon:
                 m.plain("kubeproxy_sync_proxy_rules_endpoint_changes_total").inc()
                 self._pending["EndpointSlice"].add(change.key)
                 trigger = _trigger_time(change.after)
-                if trigger is not None:
+                if trigger is not None and trigger >= self._started:
                     self._trigger_times.append(trigger)
         self._set_pending()
 
