@@ -25,7 +25,7 @@ from netkit.dns.engine import Engine
 from netkit.dns.server import DnsServer
 from netkit.dns.upstream import Address, Forwarder, Router
 from netkit.dns.view import Options, View
-from netkit.netns import socket_in
+from netkit.netns import enter, socket_in
 from tests.conftest import ROOT, fresh_netns
 
 T = TypeVar("T")
@@ -40,12 +40,18 @@ IN_NETNS = ("--listen", f"127.0.0.1:{DNS_PORT}", "--metrics-listen", f"127.0.0.1
 
 
 class LoopThread:
-    """An event loop running in a daemon thread; `call` runs a coroutine there and waits for it."""
+    """An event loop running in a daemon thread; `call` runs a coroutine there and waits for it. With
+    `netns`, the thread enters that network namespace first: every socket made there lives in it."""
 
-    def __init__(self) -> None:
+    def __init__(self, netns: str | None = None) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(netns,), daemon=True)
         self.thread.start()
+
+    def _run(self, netns: str | None) -> None:
+        if netns is not None:
+            enter(netns)  # this thread only (setns(2)); the thread ends with the loop
+        self.loop.run_forever()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -62,11 +68,13 @@ class LoopThread:
 
 
 class Running:
-    """A DnsServer on 127.0.0.1 and the loop it runs in."""
+    """A DnsServer on 127.0.0.1 and the loop it runs in; inside `netns` when given (there a fixed port
+    is the test's own)."""
 
     def __init__(self, options: Options, upstreams: list[Address], timeout: float, port: int = 0,
-                 forwarder: Forwarder | Router | None = None, **server: Any) -> None:
-        self.lt = LoopThread()
+                 forwarder: Forwarder | Router | None = None, netns: str | None = None, **server: Any) -> None:
+        self.netns = netns
+        self.lt = LoopThread(netns)
         self.server = DnsServer(Engine(options), Address("127.0.0.1", port),
                                 forwarder if forwarder is not None else Forwarder(upstreams, timeout), **server)
         self.address = self.lt.call(self.server.start())
@@ -228,19 +236,6 @@ def upstream() -> Iterator[TestUpstream]:
     up = TestUpstream()
     yield up
     up.close()
-
-
-def free_port() -> int:
-    """A loopback port free for both UDP and TCP at the time of asking."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, socket.socket() as t:
-            u.bind(("127.0.0.1", 0))
-            port: int = u.getsockname()[1]
-            try:
-                t.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
 
 
 def need_dig() -> str:
