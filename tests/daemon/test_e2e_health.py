@@ -226,20 +226,21 @@ def test_a_busy_healthz_port_is_logged_and_retried(netns: str, tmp_path: Path) -
                    for line in get_in(netns, METRICS, "/metrics")[1].splitlines())
 
     try:
-        _eventually(synced, proc, "a sync while the health port is busy")
-        _eventually(lambda: "failed to start the healthz server" in log.read_text(), proc, "the bind failure logged")
+        _eventually(synced, proc, "a sync while the health port is busy", log)
+        _eventually(lambda: "failed to start the healthz server" in log.read_text(), proc, "the bind failure logged",
+                    log)
         blocker.close()
-        _eventually(lambda: get_in(netns, HEALTHZ, "/healthz")[0] == 200, proc, "healthz once the port is free")
+        _eventually(lambda: get_in(netns, HEALTHZ, "/healthz")[0] == 200, proc, "healthz once the port is free", log)
     finally:
         blocker.close()
         proc.terminate()
         proc.wait(EVENT_TIMEOUT)
 
 
-def _eventually(check: Any, proc: subprocess.Popen[bytes], what: str) -> None:
+def _eventually(check: Any, proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
     deadline = time.monotonic() + EVENT_TIMEOUT
     while True:
-        assert proc.poll() is None, f"netkit run exited ({proc.returncode}) before {what}"
+        assert proc.poll() is None, f"netkit run exited ({proc.returncode}) before {what}: {log.read_text()[-2000:]}"
         try:
             if check():
                 return
