@@ -202,7 +202,9 @@ def test_dns_listen_needs_no_more_than_the_cluster_role(netns: str, tmp_path: Pa
         async with TestApiServer(bookmark_interval=0.5) as srv:
             srv.store.create(yaml.safe_load(web_service()))
             kubectl = Kubectl(srv, tmp_path)
-            opts = options(netns, config(), kubeconfig=kubectl.kubeconfig, dns_listen="127.0.0.1:0")
+            # an upstream of its own on loopback (the discard port): never the machine's resolv.conf
+            opts = options(netns, config(), kubeconfig=kubectl.kubeconfig, dns_listen="127.0.0.1:0",
+                           dns_upstreams=("127.0.0.1:9",))
             daemon, task = await start_daemon(opts)
             try:
                 await asyncio.wait_for(daemon.synced.wait(), EVENT_TIMEOUT)  # a 403 on Pods would block this
