@@ -29,12 +29,10 @@ import base64
 import hashlib
 import json
 import statistics
-import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from functools import partial
 from ipaddress import IPv4Address, ip_network
@@ -44,7 +42,9 @@ from typing import TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import backend_ns  # noqa: E402
 import results  # noqa: E402  (bench/results.py: --json)
+from backend_ns import namespace, sh  # noqa: E402  (bench/backend_ns.py)
 
 from netkit.config import Config  # noqa: E402
 from netkit.model import EndpointAddr, IPFamily, NodeInfo, NodeState, ObjectRef, Protocol, ServicePortName  # noqa: E402
@@ -145,30 +145,6 @@ def kube_proxy_endpoint_change(st: NodeState, index: int) -> str:
 
 # ── namespaces ───────────────────────────────────────────────────────────────────────────────────
 
-def sh(*argv: str, input: str | None = None) -> str:
-    return subprocess.run(argv, input=input, capture_output=True, text=True, check=True).stdout
-
-
-@contextmanager
-def namespace(tag: str) -> Iterator[str]:
-    name = f"nkb-{tag}-{uuid.uuid4().hex[:8]}"
-    sh("ip", "netns", "add", name)
-    try:
-        sh("ip", "-n", name, "link", "set", "lo", "up")
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
-
-
-SERVER = r"""
-import socket, threading
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 8080)); s.listen(512)
-print("ready", flush=True)
-while True:
-    c, _ = s.accept(); c.close()
-"""
-
 CLIENT = r"""
 import json, socket, sys, time
 first, last, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -184,26 +160,9 @@ print(json.dumps(times))
 """
 
 
-@contextmanager
-def backend(node: str) -> Iterator[None]:
+def backend(node: str) -> AbstractContextManager[None]:
     """A backend namespace behind a veth, owning the endpoint addresses of the first and last service."""
-    with namespace("be") as be:
-        sh("ip", "-n", node, "link", "add", "veth-be", "type", "veth", "peer", "name", "eth0", "netns", be)
-        sh("ip", "-n", node, "addr", "add", f"{BACKEND_NET}.254/24", "dev", "veth-be")
-        sh("ip", "-n", node, "link", "set", "veth-be", "up")
-        for k in range(1, 11):
-            sh("ip", "-n", be, "addr", "add", f"{BACKEND_NET}.{k}/24", "dev", "eth0")
-        sh("ip", "-n", be, "link", "set", "eth0", "up")
-        sh("ip", "-n", node, "route", "add", "10.96.0.0/12", "dev", "veth-be")
-        server = subprocess.Popen(["ip", "netns", "exec", be, sys.executable, "-c", SERVER],
-                                  stdout=subprocess.PIPE, text=True)
-        try:
-            assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-            time.sleep(0.1)
-            yield
-        finally:
-            server.kill()
-            server.wait()
+    return backend_ns.backend(node, BACKEND_NET)
 
 
 def latency(node: str, first: str, last: str, count: int) -> dict[str, list[float]]:

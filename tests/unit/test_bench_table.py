@@ -15,7 +15,8 @@ import pytest
 from tests.conftest import ROOT
 
 BENCH = ROOT / "bench"
-HELPERS = {"charts.py", "installed.py", "diff_floor.py", "results.py", "table.py"}  # not benchmarks themselves
+# not benchmarks themselves
+HELPERS = {"charts.py", "installed.py", "diff_floor.py", "results.py", "table.py", "backend_ns.py"}
 
 
 def _load(name: str) -> ModuleType:
