@@ -25,9 +25,9 @@ The socket read timeout (per line) is longer than the watch timeout, so a silent
 is noticed without cutting a healthy, quiet stream; the library's own retries are not used.
 
 The transport is a small protocol (`ListWatch`); `KubeListWatch` implements it over the official
-`kubernetes` client's asyncio API (`kubernetes.aio`), using its `*_without_preload_content` list calls
-so objects arrive as JSON dicts (the generated model classes would cost time and memory and lose
-nothing netkit needs). Constructors do no IO; `Reflector.run()` works until cancelled.
+`kubernetes` client's asyncio `ApiClient` (`kubernetes.aio`), reading the responses unparsed
+(`netkit.sources.kube.list_call`) so objects arrive as JSON dicts (the generated model classes would
+cost time and memory and lose nothing netkit needs). Constructors do no IO; `Reflector.run()` works until cancelled.
 """
 
 from __future__ import annotations
@@ -126,8 +126,8 @@ ListCall = Callable[..., Awaitable[aiohttp.ClientResponse]]
 
 
 class KubeListWatch:
-    """`ListWatch` over one `kubernetes.aio` list call, e.g.
-    `CoreV1Api(api).list_service_for_all_namespaces_without_preload_content`."""
+    """`ListWatch` over one list call (`netkit.sources.kube.list_call`): an awaitable taking the list
+    and watch query parameters by their Python names and returning the unread response."""
 
     def __init__(self, call: ListCall, kind: str, *, label_selector: str = "", field_selector: str = "") -> None:
         self.kind = kind
