@@ -12,10 +12,15 @@ NodePort, as bench/compile.py):
    backend namespace behind a veth owns that Service's endpoints: "answers" is the first connection
    accepted through the daemon's rules. Also read from the daemon's log as it happens: "all sources
    synced" (the lists are in) and "sync done" (the first sync is complete, conntrack included), and the
-   daemon's peak RSS (VmHWM) and PSS (/proc/PID/smaps_rollup) once it is done.
+   daemon's peak RSS (VmHWM), PSS (/proc/PID/smaps_rollup) and CPU time (its own and its tools')
+   once it is done.
 3. The baseline: what the daemon wrote, dumped from the namespace (`nft list ruleset`; `iptables-nft-save`),
    loaded into another fresh namespace by the bare tool (`nft -f`; `iptables-nft-restore`), timed as a
-   process start to its exit.
+   process start to its exit, and its CPU time (on a loaded machine the CPU times compare better
+   than the wall-clock ones).
+
+`--tracemalloc N` runs the daemon under tracemalloc instead and prints the N source lines holding
+the most memory once its first sync is done.
 
 Everything runs in network namespaces created here with unique names and always removed; the figures
 come from a shared machine, so read the ratios, not the absolutes.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -126,6 +132,12 @@ while True:
 """
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process and of its children it has waited for."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def memory_mib(pid: int) -> tuple[float, float]:
     """(peak RSS, PSS) of a process in MiB."""
     status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
@@ -145,6 +157,26 @@ def _watch_log(proc: subprocess.Popen[str], stamps: dict[str, float], lines: lis
                 stamps[what] = time.monotonic()
 
 
+# `--tracemalloc`: the daemon started under tracemalloc (imports included); SIGUSR1 writes the
+# traced total and the top entries by line to the file named first
+TRACED = r"""
+import signal, sys, tracemalloc
+tracemalloc.start(1)
+out = sys.argv[1]
+def dump(*_):
+    stats = tracemalloc.take_snapshot().statistics("lineno")
+    lines = [f"{sum(s.size for s in stats)}"] + [
+        f"{s.size}\t{s.count}\t{s.traceback[0].filename}:{s.traceback[0].lineno}" for s in stats[:40]]
+    with open(out + ".part", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    import os; os.rename(out + ".part", out)
+signal.signal(signal.SIGUSR1, dump)
+from netkit.cli import main
+sys.argv = ["netkit", *sys.argv[2:]]
+sys.exit(main())
+"""
+
+
 def daemon_argv(mode: str, kubeconfig: str, netns: str) -> list[str]:
     proxy = ["--proxy-mode", "nftables"] if mode == "nftables" else ["--proxy-mode", "iptables",
                                                                       "--iptables-backend", "nft"]
@@ -153,15 +185,19 @@ def daemon_argv(mode: str, kubeconfig: str, netns: str) -> list[str]:
             "--metrics-bind-address=", "--sync-period", "1h", "--min-sync-period", "0s"]
 
 
-def cold_start(mode: str, kubeconfig: str, probe_ip: str, node: str, timeout: float) -> dict[str, Any]:
-    """Start the daemon; seconds from its start to the lists, the probe's answer and the first sync's end."""
+def cold_start(mode: str, kubeconfig: str, probe_ip: str, node: str, timeout: float,
+               traced: Path | None = None) -> dict[str, Any]:
+    """Start the daemon; seconds from its start to the lists, the probe's answer and the first sync's end
+    (with `traced`, under tracemalloc, whose top entries are written there once the sync is done)."""
     client = subprocess.Popen(["ip", "netns", "exec", node, sys.executable, "-c", CLIENT, probe_ip],
                               stdout=subprocess.PIPE, text=True)
     stamps: dict[str, float] = {}
     lines: list[str] = []
     t0 = time.monotonic()
-    proc = subprocess.Popen(daemon_argv(mode, kubeconfig, node), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    argv = daemon_argv(mode, kubeconfig, node)
+    if traced is not None:
+        argv = [sys.executable, "-c", TRACED, str(traced), *argv[1:]]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     reader = threading.Thread(target=_watch_log, args=(proc, stamps, lines), daemon=True)
     reader.start()
     try:
@@ -173,6 +209,11 @@ def cold_start(mode: str, kubeconfig: str, probe_ip: str, node: str, timeout: fl
             time.sleep(0.05)
         time.sleep(1.0)  # what it holds once settled
         peak, pss = memory_mib(proc.pid)
+        cpu = cpu_seconds(proc.pid)
+        if traced is not None:
+            proc.send_signal(signal.SIGUSR1)
+            while not traced.exists() and proc.poll() is None:
+                time.sleep(0.2)
     finally:
         client.kill()
         proc.send_signal(signal.SIGTERM)
@@ -182,11 +223,13 @@ def cold_start(mode: str, kubeconfig: str, probe_ip: str, node: str, timeout: fl
             proc.kill()
             proc.wait()
     return {"answered_s": answered - t0, "synced_s": stamps["all sources synced"] - t0,
-            "sync_done_s": stamps["sync done"] - t0, "peak_rss_mib": peak, "pss_mib": pss}
+            "sync_done_s": stamps["sync done"] - t0, "peak_rss_mib": peak, "pss_mib": pss,
+            "cpu_s": cpu}
 
 
-def bare_load(mode: str, node: str) -> float:
-    """Seconds for the bare tool to load what the daemon wrote into `node`, in a fresh namespace."""
+def bare_load(mode: str, node: str) -> tuple[float, float]:
+    """Seconds for the bare tool to load what the daemon wrote into `node`, in a fresh namespace, and
+    the CPU seconds it took."""
     dump = ["nft", "list", "ruleset"] if mode == "nftables" else ["iptables-nft-save"]
     load = ["nft", "-f"] if mode == "nftables" else ["iptables-nft-restore"]
     text = sh("ip", "netns", "exec", node, *dump)
@@ -195,15 +238,16 @@ def bare_load(mode: str, node: str) -> float:
         f.flush()
         if mode != "nftables":  # the counters the daemon creates before its first restore (untimed)
             nfacct.ensure_counters(fresh)
-        t = time.monotonic()
+        t, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
         if mode == "nftables":
             sh("ip", "netns", "exec", fresh, *load, f.name)
         else:
             sh("ip", "netns", "exec", fresh, *load, input=text)
-        return time.monotonic() - t
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.monotonic() - t, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-def measure(mode: str, n: int) -> dict[str, Any]:
+def measure(mode: str, n: int, traced: Path | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="nkcold-") as tmp:
         kubeconfig = os.path.join(tmp, "kubeconfig")
         server = subprocess.Popen([sys.executable, __file__, "--serve", str(n), kubeconfig], stdout=subprocess.PIPE,
@@ -214,12 +258,29 @@ def measure(mode: str, n: int) -> dict[str, Any]:
             if not probe_ip:
                 raise RuntimeError("the API server did not start")
             with namespace("node", "nkcold") as node, backend(node, BACKEND_NET, ENDPOINTS, "nkcold"):
-                r = cold_start(mode, kubeconfig, probe_ip, node, timeout=600 + n / 20)
-                r["bare_s"] = bare_load(mode, node)
+                r = cold_start(mode, kubeconfig, probe_ip, node, 600 + n / 20, traced)
+                if traced is None:
+                    r["bare_s"], r["bare_cpu_s"] = bare_load(mode, node)
         finally:
             server.kill()
             server.wait()
     return {"mode": mode, "services": n, **r}
+
+
+def top(mode: str, n: int, count: int) -> None:
+    """Print where the daemon's traced memory is once its first sync is done, by source line."""
+    with tempfile.TemporaryDirectory(prefix="nkcold-") as tmp:
+        out = Path(tmp) / "top"
+        r = measure(mode, n, out)
+        total, *rows = out.read_text().splitlines()
+    root = str(Path(__file__).resolve().parent.parent) + "/"
+    print(f"{mode}, {n:,} services: traced {int(total) / 2**20:.0f} MiB after the first sync "
+          f"(peak RSS {r['peak_rss_mib']:.0f} MiB, PSS {r['pss_mib']:.0f} MiB, both under tracemalloc)")
+    print("| MiB | blocks | where |\n|---|---|---|")
+    for row in rows[:count]:
+        size, blocks, where = row.split("\t")
+        where = where.replace(root, "").split("site-packages/")[-1]
+        print(f"| {int(size) / 2**20:.1f} | {int(blocks):,} | `{where}` |")
 
 
 # --- report ---------------------------------------------------------------------------------------
@@ -234,6 +295,7 @@ def _figures(r: dict[str, Any]) -> list[results.Figure]:
                 f"≤ {TARGETS[r['mode']]}×"),
             fig(at + "cold start to the lists received", r["synced_s"], "s", r["bare_s"]),
             fig(at + "cold start to the first sync done", r["sync_done_s"], "s", r["bare_s"]),
+            fig(at + "CPU time, process start to the first sync done", r["cpu_s"], "s", r["bare_cpu_s"]),
             fig(at + "daemon peak RSS", r["peak_rss_mib"] * 1.048576, "MB", target=rss_target)]
 
 
@@ -241,13 +303,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, nargs="+", default=[10_000])
     ap.add_argument("--modes", nargs="+", default=["nftables", "iptables-nft"], choices=sorted(TARGETS))
+    ap.add_argument("--tracemalloc", type=int, metavar="N", default=0,
+                    help="instead: run the daemon under tracemalloc and print the N entries holding the most "
+                         "memory once its first sync is done (no timings: tracing slows it several times)")
     ap.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     args = results.parse_args(ap)
     if args.serve:
         serve(int(args.serve[0]), args.serve[1])
         return 0
+    if args.tracemalloc:
+        for n in args.services:
+            for mode in args.modes:
+                top(mode, n, args.tracemalloc)
+        return 0
     print(f"{'mode':12} {'services':>8} | {'lists':>7} {'answers':>8} {'sync done':>9} | {'bare':>7} | "
-          f"{'ratio':>5} | {'peak RSS':>8} {'PSS':>7}")
+          f"{'ratio':>5} | {'CPU':>6} {'bare':>6} | {'peak RSS':>8} {'PSS':>7}")
     figures: list[results.Figure] = []
     ok = True
     for n in args.services:
@@ -256,7 +326,8 @@ def main() -> int:
             ratio = r["answered_s"] / r["bare_s"]
             ok = ok and ratio <= TARGETS[mode] and r["peak_rss_mib"] * 1.048576 <= (200 if n <= 10_000 else 1000)
             print(f"{mode:12} {n:>8} | {r['synced_s']:>6.2f}s {r['answered_s']:>7.2f}s {r['sync_done_s']:>8.2f}s | "
-                  f"{r['bare_s']:>6.2f}s | {ratio:>5.2f} | {r['peak_rss_mib']:>5.0f} MiB {r['pss_mib']:>3.0f} MiB",
+                  f"{r['bare_s']:>6.2f}s | {ratio:>5.2f} | {r['cpu_s']:>5.1f}s {r['bare_cpu_s']:>5.1f}s | "
+                  f"{r['peak_rss_mib']:>5.0f} MiB {r['pss_mib']:>3.0f} MiB",
                   flush=True)
             figures += _figures(r)
     load = os.getloadavg()[0]
