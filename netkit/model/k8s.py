@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator, Mapping
 from functools import cache
 from ipaddress import IPv4Address, ip_address, ip_network
+from sys import intern
 from typing import Any, NoReturn, TypeGuard
 
 from netkit.errors import InvalidObject, Problem
@@ -445,9 +446,15 @@ def _plain_endpoint(item: Any, atype: AddressType) -> Endpoint | None:
     if target is not None and type(target) is not dict:
         return None
     ready = ready is not False
-    # Positional (Endpoint's field order): 100,000 of them at 10k services.
+    # Positional (Endpoint's field order): 100,000 of them at 10k services. A cluster has few node
+    # names and zones: interned, each is held once, not once per endpoint.
     return Endpoint(tuple(addresses), ready, ready if serving is None else serving, terminating is True, hostname,
-                    node or None, zone or None, (), (), _pod_ref(target) if target else None)
+                    _interned(node), _interned(zone), (), (), _pod_ref(target) if target else None)
+
+
+def _interned(text: str | None) -> str | None:
+    """A node name or zone held once however many endpoints name it (None for "" and None)."""
+    return intern(text) if text else None
 
 
 def _endpoint(r: _Reader, item: Any, path: str, atype: AddressType) -> Endpoint:
@@ -482,8 +489,8 @@ def _endpoint(r: _Reader, item: Any, path: str, atype: AddressType) -> Endpoint:
         serving=r.boolean(cond.get("serving"), f"{path}.conditions.serving", ready),
         terminating=r.boolean(cond.get("terminating"), f"{path}.conditions.terminating", False),
         hostname=hostname or None,
-        node_name=r.string(e.get("nodeName"), f"{path}.nodeName"),
-        zone=r.string(e.get("zone"), f"{path}.zone"),
+        node_name=_interned(r.string(e.get("nodeName"), f"{path}.nodeName")),
+        zone=_interned(r.string(e.get("zone"), f"{path}.zone")),
         hint_zones=zones,
         hint_nodes=nodes,
         target_ref=_target_ref(r, e.get("targetRef"), f"{path}.targetRef"),
