@@ -57,6 +57,9 @@ def register(verbs: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     help="pods of the cluster DNS (coredns-N; default 2, 1 with one node)")
     up.add_argument("--timeout", type=float, default=60.0,
                     help="seconds to wait for every node's first sync (default 60)")
+    up.add_argument("--image", default="", metavar="IMAGE",
+                    help="run every node's daemon and every DNS pod as a podman container of IMAGE, as kubelet "
+                         "would (netkit:<version>, built by `make image`); default: as processes")
     up.add_argument("--id", type=cluster_id, default=None, help="the cluster's id, 6 hex digits (default: random)")
     up.add_argument("-o", "--output", choices=("text", "json"), default="text")
     up.set_defaults(func=cmd_up)
@@ -147,16 +150,17 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     record = lifecycle.up(args.nodes, args.mode, args.pods_per_node, timeout=args.timeout, cluster_id=args.id or "",
-                          dns_pods=args.dns_pods, ip_family=args.ip_family)
+                          dns_pods=args.dns_pods, ip_family=args.ip_family, image=args.image)
     seconds = time.monotonic() - started
     c = record.cluster
     kubeconfig = state.kubeconfig_path(c.cluster_id)
     if args.output == "json":
         print(json.dumps({"id": c.cluster_id, "seconds": round(seconds, 3), "kubeconfig": str(kubeconfig),
-                          **layout(c)}, indent=2))
+                          "image": record.image or None, **layout(c)}, indent=2))
         return 0
     family = "" if c.ip_family == "ipv4" else f", {c.ip_family}"
-    print(f"cluster {c.cluster_id} is up ({seconds:.1f} s): {len(c.nodes)} nodes, mode {c.mode}{family}, "
+    image = f", image {record.image}" if record.image else ""
+    print(f"cluster {c.cluster_id} is up ({seconds:.1f} s): {len(c.nodes)} nodes, mode {c.mode}{family}{image}, "
           f"{len(c.pods)} pods")
     for n in c.nodes:
         pods = " ".join(p.name for p in c.pods_on(n.name))

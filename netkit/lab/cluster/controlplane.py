@@ -15,6 +15,8 @@ loop with:
 - the EndpointSlice controller (`controller`), run after every Service or Pod change;
 - on every node `netkit run` as `deploy/` runs it (`deploy`), restarted when it exits, like a
   DaemonSet's pod;
+- with an image (`up --image`), the DaemonSet's and the DNS Deployment's pods as podman containers of
+  that image instead of processes, run and probed as kubelet runs them (`kubelet`);
 
 It prints `ready` on stdout once every daemon has synced and every DNS pod answers (or
 `error: <why>` and exits 1), writes `status.json` (process ids, restarts) as things change, and on
@@ -26,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -37,9 +40,10 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from netkit.lab.cluster import controller, deploy, nodehttp, objects, state
+from netkit.lab.cluster import controller, deploy, kubelet, nodehttp, objects, state
 from netkit.lab.cluster.echo import EchoPod
 from netkit.lab.cluster.plan import API_PORT, PORTS, Cluster, Kind
+from netkit.lab.cluster.podman import Podman
 from netkit.netns import in_netns
 from netkit.testing.apiserver import TestApiServer
 from netkit.testing.apistore import Change, Store, resource_for_kind
@@ -145,6 +149,9 @@ class Supervised:
             self.task.cancel()
 
 
+Runner = Supervised | kubelet.PodContainer  # a pod's process, or its container
+
+
 class ControlPlane:
     def __init__(self, record: state.Record, deploy_dir: Path) -> None:
         self.record = record
@@ -157,9 +164,10 @@ class ControlPlane:
                                  store=Store(service_cidrs=self.cluster.service_cidrs))
         self.store = self.srv.store
         self.echo: dict[str, EchoPod] = {}
-        self.dns: dict[str, Supervised] = {}
+        self.dns: dict[str, Runner] = {}
         self.api_sites: dict[str, web.SockSite] = {}
-        self.daemons: dict[str, Supervised] = {}
+        self.daemons: dict[str, Runner] = {}
+        self.podman = Podman.find() if record.image else None
         self.pending: set[str] = set()  # what to do on the next turn of the loop
         self.trigger = ""
         self.stopped = asyncio.Event()
@@ -173,7 +181,7 @@ class ControlPlane:
             await self.srv.serve_socket(api_listener(netns))
         await self.srv.serve_socket(api_listener(self.cluster.nodes[0].netns, self.advertise[0]))
         self.write_kubeconfigs()
-        self.record = state.Record(self.cluster, self.srv.port, os.getpid())
+        self.record = state.Record(self.cluster, self.srv.port, os.getpid(), self.record.image)
         state.save(self.record)
         self.seed()
         self.store.listeners.append(self.on_change)
@@ -208,13 +216,20 @@ class ControlPlane:
             self.store.create(objects.pod_object(self.cluster, pod))
 
     def start_daemon(self, node: str, netns: str) -> None:
+        log = self.logs / f"netkit-run-{node}.log"
+        if self.podman is not None:
+            sup: Runner = kubelet.node_daemon(self.podman, self.deploy_dir, self.record.image, self.cluster,
+                                              self.cluster.node(node), self.dir, log, self.write_status)
+            self.daemons[node] = sup
+            sup.start()
+            return
         nd = state.node_dir(self.cluster.cluster_id, node)
         daemon = deploy.node_daemon(self.deploy_dir, node, nd, mode=self.cluster.mode,
                                     cluster_cidr=",".join(str(c) for c in self.cluster.cluster_cidrs))
         for fname, text in daemon.files:
             (nd / fname).write_text(text)
         argv = [*netkit_argv(), *daemon.argv[1:]] if daemon.argv[0] == "netkit" else list(daemon.argv)
-        sup = Supervised(node, netns, argv, self.logs / f"netkit-run-{node}.log", self.write_status)
+        sup = Supervised(node, netns, argv, log, self.write_status)
         self.daemons[node] = sup
         sup.start()
 
@@ -269,8 +284,15 @@ class ControlPlane:
                 self.api_sites[name] = await self.srv.serve_socket(api_listener(netns))
             except OSError as exc:
                 print(f"pod {name}: API socket: {exc}", file=sys.stderr, flush=True)
-            sup = Supervised(name, netns, dns_argv(self.dir), self.logs / f"dns-{name}.log", self.write_status,
-                             grace=grace_period(pod))
+            log = self.logs / f"dns-{name}.log"
+            if self.podman is not None:
+                where = (name, str((pod.get("spec") or {}).get("nodeName") or ""), netns)
+                self.dns[name] = kubelet.dns_pod(self.podman, self.deploy_dir, self.record.image, self.cluster,
+                                                 where, self.dir, log, self.write_status,
+                                                 lambda ready: self.set_ready(pod, ready), grace_period(pod))
+                self.dns[name].start()
+                return
+            sup = Supervised(name, netns, dns_argv(self.dir), log, self.write_status, grace=grace_period(pod))
             self.dns[name] = sup
             sup.start()
             asyncio.ensure_future(self.mark_ready_when(name, pod, lambda: dns_ready(netns)))
@@ -384,13 +406,21 @@ def dns_ready(netns: str) -> bool:
         return False
 
 
+CRI_LOG_PREFIX = re.compile(r"^\S+ (?:stdout|stderr) [FP] ")  # a container's log line (k8s-file)
+
+
+def log_lines(log: Path) -> list[str]:
+    """A process's log lines, or a container's without their CRI prefix (time, stream, tag)."""
+    return [CRI_LOG_PREFIX.sub("", line) for line in log.read_text(errors="replace").splitlines()]
+
+
 def sync_error(log: Path) -> str:
     """The message of a failed sync in a daemon's (JSON lines) log, or ""."""
     try:
-        text = log.read_text(errors="replace")
+        lines = log_lines(log)
     except OSError:
         return ""
-    for line in text.splitlines():
+    for line in lines:
         if '"sync failed' in line:
             try:
                 return str(json.loads(line).get("msg", line))
@@ -401,7 +431,7 @@ def sync_error(log: Path) -> str:
 
 def last_line(path: Path) -> str:
     try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        lines = [line for line in log_lines(path) if line.strip()]
     except OSError:
         return "(no log)"
     return lines[-1][:300] if lines else "(empty log)"

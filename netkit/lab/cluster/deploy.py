@@ -89,8 +89,9 @@ def field_env(c: JSON, node: str) -> dict[str, str]:
     return env
 
 
-def lab_config(text: str, mode: str, cluster_cidr: str, kubeconfig: str) -> tuple[str, bool]:
-    """(the KubeProxyConfiguration with the lab's values, whether it names a kubeconfig)."""
+def lab_config(text: str, mode: str, cluster_cidr: str, kubeconfig: str | None) -> tuple[str, bool]:
+    """(the KubeProxyConfiguration with the lab's values, whether it names a kubeconfig); `kubeconfig`
+    replaces the one it names (None: kept)."""
     doc = yamlload.safe_load(text)
     if not isinstance(doc, dict) or doc.get("kind") != "KubeProxyConfiguration":
         return text, False
@@ -98,7 +99,7 @@ def lab_config(text: str, mode: str, cluster_cidr: str, kubeconfig: str) -> tupl
     doc["clusterCIDR"] = cluster_cidr
     conn = doc.get("clientConnection")
     has_kubeconfig = isinstance(conn, dict) and bool(conn.get("kubeconfig"))
-    if has_kubeconfig:
+    if has_kubeconfig and kubeconfig is not None:
         assert isinstance(conn, dict)
         conn["kubeconfig"] = kubeconfig
     return yaml.safe_dump(doc, sort_keys=False), has_kubeconfig
@@ -127,3 +128,27 @@ def node_daemon(deploy_dir: Path, node: str, node_dir: Path, *, mode: str, clust
     if not named_kubeconfig and not any(a.startswith("--kubeconfig") for a in argv):
         argv += ["--kubeconfig", kubeconfig]
     return NodeDaemon(tuple(argv), tuple(sorted(files.items())))
+
+
+def pod_config_maps(deploy_dir: Path, workload: JSON, *, mode: str, cluster_cidr: str,
+                    server: str) -> tuple[dict[str, dict[str, str]], bool]:
+    """The ConfigMaps `workload`'s pod mounts, as kubelet projects them into a container, with the
+    lab's values (a KubeProxyConfiguration's `mode` and `clusterCIDR`, a kubeconfig's `server:`), and
+    whether one of them is a configuration that names its kubeconfig."""
+    docs = [*documents(deploy_dir), *documents(deploy_dir / "dns")]
+    volumes = ((workload.get("spec") or {}).get("template") or {}).get("spec", {}).get("volumes") or []
+    maps: dict[str, dict[str, str]] = {}
+    named_kubeconfig = False
+    for vol in volumes:
+        if "configMap" not in vol:
+            continue
+        name = vol["configMap"]["name"]
+        data: dict[str, str] = {}
+        for fname, text in ((find(docs, "ConfigMap", name).get("data")) or {}).items():
+            if "kubeconfig" in fname:
+                text = re.sub(r"(?m)^(\s*server:\s*)\S+", lambda m: m.group(1) + server, text)
+            text, named = lab_config(text, mode, cluster_cidr, None)
+            named_kubeconfig |= named
+            data[fname] = text
+        maps[name] = data
+    return maps, named_kubeconfig

@@ -29,10 +29,11 @@ from pathlib import Path
 
 from netkit import procfs
 from netkit.lab import pause
-from netkit.lab.cluster import build, objects, plan, programmed, state
+from netkit.lab.cluster import build, kubelet, objects, plan, programmed, state
 from netkit.lab.cluster.api import Api
 from netkit.lab.cluster.controller import TRIGGER
 from netkit.lab.cluster.plan import Cluster, Pod
+from netkit.lab.cluster.podman import Podman
 from netkit.lab.errors import LabError
 from netkit.lab.lab import sigterm_raises
 from netkit.lab.servers import read_line
@@ -63,9 +64,11 @@ def new_id() -> str:
 # --- up / down -------------------------------------------------------------------------------------
 
 def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0, cluster_id: str = "",
-       dns_pods: int | None = None, ip_family: str = "ipv4") -> state.Record:
+       dns_pods: int | None = None, ip_family: str = "ipv4", image: str = "") -> state.Record:
     need_root()
     need_tools(mode)
+    if image:
+        need_image(image)
     if cluster_id and (state.cluster_dir(cluster_id).exists() or build.leftovers(cluster_id)):
         raise LabError(f"cluster {cluster_id} exists already (netkit lab cluster down {cluster_id})")
     try:
@@ -75,7 +78,7 @@ def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0, clus
         raise LabError(str(exc)) from exc
     cid = cluster.cluster_id
     with sigterm_raises():
-        state.save(state.Record(cluster))
+        state.save(state.Record(cluster, image=image))
         try:
             build.build(cluster)
             start_control_plane(cid, timeout)
@@ -90,6 +93,12 @@ def up(nodes: int, mode: str, pods_per_node: int, *, timeout: float = 60.0, clus
     record = state.load(cid)
     assert record is not None
     return record
+
+
+def need_image(image: str) -> None:
+    """podman, and `image` in its local storage (the lab never pulls)."""
+    if not Podman.find().has_image(image):
+        raise LabError(f"image {image}: not in podman's local storage (`make image` builds netkit's)")
 
 
 def start_control_plane(cid: str, timeout: float) -> None:
@@ -124,6 +133,8 @@ def down(cid: str) -> None:
             break
         control = [p for p in pids if alive(p, "netkit.lab.cluster.controlplane")]
         stop_pids(control or pids, marker, grace=6.0 if control else 3.0)
+    if record is None or record.image:
+        remove_containers(marker)
     pause.point("cluster-down")
     names = set(build.leftovers(cid)) | set(record.cluster.namespaces if record else ())
     build.remove_namespaces(sorted(names))
@@ -138,6 +149,7 @@ def down_all() -> list[str]:
     for cid in ids:
         down(cid)
     stop_pids(processes(str(state.CLUSTERS_DIR)), str(state.CLUSTERS_DIR))
+    remove_containers(str(state.CLUSTERS_DIR))
     return ids
 
 
@@ -145,6 +157,18 @@ def known_ids() -> list[str]:
     """Clusters of this state directory: with a directory, or only namespaces named as its clusters'."""
     prefix = state.NETNS_PREFIX
     return sorted(set(state.known_ids()) | {n[len(prefix):].split("-", 1)[0] for n in build.leftovers(prefix=prefix)})
+
+
+def remove_containers(marker: str) -> None:
+    """Containers of the cluster directory `marker` (or of any under it) that its control plane left
+    (a crash): found by their label, whatever their state."""
+    if shutil.which("podman") is None:
+        return
+    podman = Podman.find()
+    m = marker.rstrip("/")
+    for name, where in podman.labelled(kubelet.CLUSTER_LABEL).items():
+        if where == m or where.startswith(m + "/"):
+            podman.remove(name)
 
 
 def processes(marker: str) -> list[int]:

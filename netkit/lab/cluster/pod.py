@@ -46,7 +46,8 @@ class Mount:
 @dataclass(frozen=True, slots=True)
 class PodSpec:
     image: str
-    command: tuple[str, ...]  # command then args, expanded
+    command: tuple[str, ...]  # expanded; () keeps the image's entrypoint
+    args: tuple[str, ...]     # expanded; after the command, or the image's entrypoint
     env: tuple[tuple[str, str], ...]
     mounts: tuple[Mount, ...]
     service_account: str
@@ -81,7 +82,8 @@ def pod_spec(workload: JSON, node: str, image: str | None = None) -> PodSpec:
     caps = sc.get("capabilities") or {}
     return PodSpec(
         image=image or str(c.get("image") or ""),
-        command=tuple(expand(a, env) for a in [*(c.get("command") or []), *(c.get("args") or [])]),
+        command=tuple(expand(a, env) for a in c.get("command") or ()),
+        args=tuple(expand(a, env) for a in c.get("args") or ()),
         env=tuple(sorted(env.items())),
         mounts=tuple(mounts),
         service_account=str(pod.get("serviceAccountName") or ""),
@@ -89,18 +91,22 @@ def pod_spec(workload: JSON, node: str, image: str | None = None) -> PodSpec:
         privileged=bool(sc.get("privileged")),
         cap_add=tuple(caps.get("add") or ()),
         cap_drop=tuple(caps.get("drop") or ()),
-        liveness=_probe(c.get("livenessProbe")),
-        readiness=_probe(c.get("readinessProbe")),
+        liveness=_probe(c.get("livenessProbe"), c),
+        readiness=_probe(c.get("readinessProbe"), c),
     )
 
 
-def _probe(doc: JSON | None) -> Probe | None:
+def _probe(doc: JSON | None, c: JSON) -> Probe | None:
+    """An httpGet probe; a named port is the container's port of that name, as kubelet resolves it."""
     if not doc:
         return None
     get = doc.get("httpGet")
-    if not isinstance(get, dict) or not isinstance(get.get("port"), int):
-        raise LabError("deploy/: only httpGet probes with a numeric port are run")
-    return Probe(path=str(get.get("path") or "/"), port=get["port"], host=str(get.get("host") or "127.0.0.1"),
+    port = get.get("port") if isinstance(get, dict) else None
+    if isinstance(port, str):
+        port = next((p.get("containerPort") for p in c.get("ports") or () if p.get("name") == port), None)
+    if not isinstance(get, dict) or not isinstance(port, int):
+        raise LabError("deploy/: only httpGet probes with a numeric port or a named container port are run")
+    return Probe(path=str(get.get("path") or "/"), port=port, host=str(get.get("host") or "127.0.0.1"),
                  initial_delay=float(doc.get("initialDelaySeconds", 0)), period=float(doc.get("periodSeconds", 10)),
                  timeout=float(doc.get("timeoutSeconds", 1)), failure_threshold=int(doc.get("failureThreshold", 3)))
 
@@ -109,12 +115,15 @@ def _probe(doc: JSON | None) -> Probe | None:
 class Host:
     """Where the pod's things are on this machine, and what its podman needs."""
 
-    netns_path: str                       # the node's network namespace (host network)
+    netns_path: str                       # the pod's network namespace (the node's: host network)
     config_maps: Mapping[str, str]        # ConfigMap name -> a directory holding its files
     service_account_dir: str              # token and ca.crt, as kubelet projects them
     missing_paths: frozenset[str] = frozenset()  # hostPaths absent here (no /lib/modules): not mounted
     runtime: str = ""                     # an OCI runtime to use (runc where crun refuses the cgroups)
     ulimits: tuple[str, ...] = ()         # podman's --ulimit values, where its defaults cannot be set
+    resolv_conf: str = ""                 # a file for the container's /etc/resolv.conf ("": podman's)
+    labels: tuple[tuple[str, str], ...] = ()  # the container's labels (whose it is)
+    log_path: str = ""                    # the container's log, in the CRI format kubelet's runtimes write
 
 
 def podman_run_argv(spec: PodSpec, name: str, host: Host) -> list[str]:
@@ -124,7 +133,10 @@ def podman_run_argv(spec: PodSpec, name: str, host: Host) -> list[str]:
     argv += [f"--ulimit={u}" for u in host.ulimits]
     if host.runtime:
         argv += ["--runtime", host.runtime]
-    argv += ["--network", f"ns:{host.netns_path}" if spec.host_network else "none"]
+    argv += ["--network", f"ns:{host.netns_path}"]  # a pod's own namespace, or the node's (host network)
+    argv += [f"--label={k}={v}" for k, v in host.labels]
+    if host.log_path:
+        argv += ["--log-driver", "k8s-file", "--log-opt", f"path={host.log_path}"]
     if spec.privileged:
         argv.append("--privileged")
     argv += [f"--cap-drop={cap}" for cap in spec.cap_drop]
@@ -139,8 +151,10 @@ def podman_run_argv(spec: PodSpec, name: str, host: Host) -> list[str]:
             argv.append(f"--volume={m.source}:{m.target}{':ro' if m.read_only else ''}")
     if spec.service_account:
         argv.append(f"--volume={host.service_account_dir}:{SERVICE_ACCOUNT_DIR}:ro")
+    if host.resolv_conf:
+        argv.append(f"--volume={host.resolv_conf}:/etc/resolv.conf:ro")
     if spec.command:
-        argv += ["--entrypoint", spec.command[0], spec.image, *spec.command[1:]]
+        argv += ["--entrypoint", spec.command[0], spec.image, *spec.command[1:], *spec.args]
     else:
-        argv.append(spec.image)
+        argv += [spec.image, *spec.args]
     return argv

@@ -58,6 +58,12 @@ class Podman:
     def remove(self, name: str) -> None:
         self.run("rm", "--force", "--time", "0", "--ignore", name, check=False)
 
+    def labelled(self, key: str) -> dict[str, str]:
+        """{container name: its label `key`} for every container (running or not) that has the label."""
+        out = self.run("ps", "--all", "--filter", f"label={key}", "--format",
+                       f'{{{{.Names}}}} {{{{index .Labels "{key}"}}}}', check=False).stdout
+        return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
     def exited(self, name: str) -> int | None:
         """The container's exit status once it has stopped; None while it runs."""
         out = self.run("inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}", name).stdout.split()
@@ -103,7 +109,8 @@ def write_files(workdir: Path, config_maps: Mapping[str, Mapping[str, str]], tok
     return dirs, str(sa)
 
 
-def host_for(spec: PodSpec, podman: Podman, netns: str, config_dirs: Mapping[str, str], sa_dir: str) -> Host:
+def host_for(spec: PodSpec, podman: Podman, netns: str, config_dirs: Mapping[str, str], sa_dir: str, *,
+             resolv_conf: str = "", labels: Mapping[str, str] | None = None, log_path: str = "") -> Host:
     """Where `spec`'s things are on this machine: FileOrCreate hostPaths created (as kubelet does),
     other missing ones left out."""
     missing = set()
@@ -114,7 +121,8 @@ def host_for(spec: PodSpec, podman: Podman, netns: str, config_dirs: Mapping[str
             Path(m.source).touch()
         else:
             missing.add(m.source)
-    return Host(f"{NETNS_DIR}/{netns}", config_dirs, sa_dir, frozenset(missing), podman.runtime, podman.ulimits)
+    return Host(f"{NETNS_DIR}/{netns}", config_dirs, sa_dir, frozenset(missing), podman.runtime, podman.ulimits,
+                resolv_conf, tuple(sorted((labels or {}).items())), log_path)
 
 
 def start(podman: Podman, spec: PodSpec, name: str, host: Host, ready_timeout: float = 60) -> None:

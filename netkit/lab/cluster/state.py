@@ -39,6 +39,7 @@ class Record:
     cluster: Cluster
     api_port: int = 0
     control_pid: int = 0
+    image: str = ""  # the node image the pods run as containers ("": as processes)
 
     @property
     def cluster_id(self) -> str:
@@ -73,14 +74,15 @@ def save(record: Record) -> None:
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / "state.json.tmp"
     tmp.write_text(json.dumps({**to_json(record.cluster), "api_port": record.api_port,
-                               "control_pid": record.control_pid}, indent=1))
+                               "control_pid": record.control_pid, "image": record.image}, indent=1))
     tmp.replace(d / "state.json")
 
 
 def load(cluster_id: str) -> Record | None:
     try:
         data = json.loads((cluster_dir(cluster_id) / "state.json").read_text())
-        return Record(from_json(data), int(data.get("api_port", 0)), int(data.get("control_pid", 0)))
+        return Record(from_json(data), int(data.get("api_port", 0)), int(data.get("control_pid", 0)),
+                      str(data.get("image", "")))
     except (OSError, ValueError, KeyError, TypeError, AssertionError):
         return None
 
