@@ -3,8 +3,8 @@
 network (a namespace made here), the securityContext's capabilities and nothing more. The rules
 appear in the node's namespace and the probes answer; bad input says one line and leaves nothing.
 
-The image is built once (scripts/build-image.sh: its base cached in ~/.cache/netkit-image, the
-image by an input hash on it), so only the first run on a machine pays for the Debian root.
+The image is built once (tests/image/build.py), so only the first run on a machine pays for the
+Debian root.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from netkit.netns import socket_in
 from netkit.rules.iptables.kernel import IptablesKernel
 from netkit.rules.iptables.summary import summarize
 from netkit.testing.apiserver import TestApiServer
-from tests.conftest import ROOT, need_root_and
+from tests.conftest import ROOT
 from tests.daemon.e2e import WEB, web_service, web_slice, with_ports
+from tests.image.build import build_image, need_podman
 
 DEPLOY = ROOT / "deploy"
-IMAGE = f"netkit:{netkit.__version__}"
 TOKEN = "image-test-token"
 API_PORT = 6443
 NODE = """apiVersion: v1
@@ -48,24 +48,9 @@ status: {addresses: [{type: InternalIP, address: 192.168.0.21}]}
 A, B = "10.244.1.11", "10.244.1.12"
 
 
-def need_podman() -> runtime.Podman:
-    need_root_and("ip")
-    try:
-        return runtime.Podman.find()
-    except LabError:
-        pytest.skip("needs podman (installed by make test)")
-
-
 @pytest.fixture(scope="session")
 def image() -> str:
-    """netkit's image, built if its inputs changed (the build script serialises concurrent builds)."""
-    need_podman()
-    if shutil.which("mmdebstrap") is None:
-        pytest.skip("needs mmdebstrap (installed by make test)")
-    proc = subprocess.run([str(ROOT / "scripts" / "build-image.sh")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=1800, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return IMAGE
+    return build_image()
 
 
 @pytest.fixture
