@@ -14,11 +14,14 @@ processes and labs while this one runs; this check blames only what carries this
   run's: another run, an editor or `make test-vm` in it names it too);
 - lab records: labs and clusters recorded in the run's state directories, and new ones in the
   machine's `/run/netkit-lab` that a process of the run names (a test that escaped its state dir);
-- veths in the machine's own namespace whose peer is in one of the run's namespaces.
+- veths in the machine's own namespace whose peer is in one of the run's namespaces;
+- podman containers (running or not) named with the tag or as a cluster of the run's (the
+  namespace prefix of its state directory and its id), or labelled with a cluster directory in one
+  of the run's state directories (`netkit lab cluster up --image`).
 
 `read(scope)` takes the picture; `new(before, after)` what appeared since; `remove(found)` deletes it
-(processes, then namespaces, /etc/netns directories and records), so a failed run leaves the machine
-as it found it.
+(processes and containers, then namespaces, /etc/netns directories and records), so a failed run
+leaves the machine as it found it.
 """
 
 from __future__ import annotations
@@ -77,7 +80,8 @@ def read(scope: Scope) -> Picture:
     records = lab_records(scope, procs)
     names = namespaces(scope, records)
     return {"processes": procs, "lab records": records, "network namespaces": names,
-            "/etc/netns directories": etc_netns(scope, records), "root veths": root_veths(names)}
+            "/etc/netns directories": etc_netns(scope, records), "root veths": root_veths(names),
+            "containers": containers(scope, records)}
 
 
 def new(before: Picture, after: Picture) -> list[str]:
@@ -210,6 +214,24 @@ def root_veths(names: dict[str, str]) -> dict[str, str]:
     return found
 
 
+CLUSTER_LABEL = "netkit.lab.cluster"  # netkit.lab.cluster.kubelet: a container's cluster directory
+
+
+def containers(scope: Scope, records: dict[str, str]) -> dict[str, str]:
+    """{name: name} of the run's podman containers, by name or by their cluster's directory."""
+    if shutil.which("podman") is None:
+        return {}
+    prefixes = record_prefixes(scope, records)
+    dirs = tuple(f"{d}/" for d in scope.state_dirs())
+    out = run("podman", "ps", "--all", "--format", f'{{{{.Names}}}} {{{{index .Labels "{CLUSTER_LABEL}"}}}}')
+    found = {}
+    for line in out.splitlines():
+        name, _, where = line.partition(" ")
+        if ours(scope, name, prefixes) or (dirs and where.startswith(dirs)):
+            found[name] = name
+    return found
+
+
 def run(*argv: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60).stdout
 
@@ -242,6 +264,8 @@ def remove(found: Picture) -> None:
         time.sleep(0.05)
     for pid, _ in procs:
         signal_pid(int(pid), signal.SIGKILL)
+    for name in found.get("containers", {}):
+        subprocess.run(["podman", "rm", "--force", "--time", "0", name], capture_output=True, check=False)
     for name in found.get("network namespaces", {}):
         subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
     for etc in found.get("/etc/netns directories", {}).values():

@@ -14,7 +14,6 @@ import os
 import shutil
 import socket
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from netkit.netns import socket_in
 from netkit.rules.iptables.kernel import IptablesKernel
 from netkit.rules.iptables.summary import summarize
 from netkit.testing.apiserver import TestApiServer
-from tests.conftest import ROOT
+from tests.conftest import ROOT, netns_name
 from tests.daemon.e2e import WEB, web_service, web_slice, with_ports
 from tests.image.build import build_image, need_podman
 
@@ -56,7 +55,7 @@ def image() -> str:
 @pytest.fixture
 def container_name() -> Iterator[str]:
     """A unique container name; whatever ran under it is removed afterwards, also on failure."""
-    name = f"netkit-test-{uuid.uuid4().hex[:10]}"
+    name = netns_name("netkit-test")  # the run's tag: tests/leftovers.py knows it
     try:
         yield name
     finally:

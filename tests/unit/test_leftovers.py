@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import leftovers
 from tests.leftovers import Scope, new, runs_ours
 
 RUN = Scope("1a2b3c4d", None, Path("/tmp/netkit-test-1a2b3c4d"), Path("/work/wt/guard"))
@@ -69,3 +70,19 @@ def test_procfs_reads_this_process_and_nothing_of_a_gone_one() -> None:
     assert b"pytest" in (procfs.cmdline(os.getpid()) or b"") or b"python" in (procfs.cmdline(os.getpid()) or b"")
     gone = max(procfs.pids()) + 100_000
     assert procfs.stat(gone) is None and procfs.cmdline(gone) is None and procfs.environ(gone) is None
+
+
+def test_a_container_is_the_runs_by_its_name_or_its_clusters_directory(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Named with the run's tag, or labelled with a cluster directory in one of the run's state
+    directories (`lab cluster up --image`); another run's and unlabelled ones are left alone."""
+    scope = Scope("1a2b3c4d", None, tmp_path, RUN.checkout)
+    (tmp_path / "gw0").mkdir()
+    listed = ["netkit-test-1a2b3c4dgw0-0f0f0f0f ",
+              f"nkc0a0b0c.abc123-netkit-node-1 {tmp_path}/gw0/clusters/abc123",
+              "nkc0a0b0c.def456-netkit-node-1 /tmp/netkit-test-9a2b3c4d/gw0/clusters/def456",
+              "netkit-test-9a2b3c4dgw0-0f0f0f0f ", "someones-db "]
+    monkeypatch.setattr(leftovers.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(leftovers, "run", lambda *argv: "\n".join(listed) + "\n")
+    assert sorted(leftovers.containers(scope, {})) == ["netkit-test-1a2b3c4dgw0-0f0f0f0f",
+                                                        "nkc0a0b0c.abc123-netkit-node-1"]
