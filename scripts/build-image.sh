@@ -7,7 +7,11 @@
 #      changes. It is kept outside the checkout ($NETKIT_IMAGE_CACHE, else ~/.cache/netkit-image, as
 #      pip keeps its wheels), so a fresh clone (CI's) reuses it instead of spending minutes on it.
 #   2. the image: the base plus the netkit package as bytecode (`podman build`, one layer), labelled
-#      with the hash of every input; rebuilt only when that hash changes.
+#      with the hash of every input; rebuilt only when that hash changes. It is tagged twice:
+#      netkit:<version>, what deploy/ names (the last one built, from any checkout), and
+#      netkit:<version>-<hash>, this checkout's own: what the tests run (`--tag` prints it), so a
+#      changed checkout never runs a stale image and checkouts building at once never replace each
+#      other's. The newest KEEP (3) such tags are kept, older ones removed.
 # The build needs no container runtime (the RUN step uses chroot isolation), so it works alike on
 # hosts whose crun refuses hybrid cgroups or whose root lacks CAP_SYS_RESOURCE and on ordinary ones.
 set -euo pipefail
@@ -19,23 +23,30 @@ PIP=${PIP:-.venv/bin/python -m pip}
 VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' netkit/__init__.py)
 TAG=${NETKIT_IMAGE:-netkit:$VERSION}
 
+KEEP=3
+
 die() { echo "netkit: error: make image: $*" >&2; exit 2; }
 command -v podman >/dev/null || die "podman is not installed (apt-get install podman)"
 command -v mmdebstrap >/dev/null || die "mmdebstrap is not installed (apt-get install mmdebstrap)"
-
-mkdir -p "$CACHE"
-exec 9>"$CACHE/lock"
-flock 9  # one build at a time, from any checkout (the tag is the machine's); the next finds it up to date
 
 hash_of() { sha256sum "$@" | sha256sum | cut -c1-16; }
 base_inputs=(deploy/image-packages.txt deploy/image-finish.sh scripts/image-base.sh pyproject.toml)
 base_hash=$(hash_of "${base_inputs[@]}")
 mapfile -t sources < <(find netkit -name '*.py' -o -name py.typed | LC_ALL=C sort)
 image_hash=$(hash_of "${base_inputs[@]}" "${sources[@]}")
+OWN=${TAG%%:*}:$VERSION-$image_hash
+if [ "${1:-}" = "--tag" ]; then
+  echo "$OWN"
+  exit 0
+fi
 
-have=$(podman image inspect --format '{{index .Labels "netkit.inputs"}}' "$TAG" 2>/dev/null || true)
-if [ "$have" = "$image_hash" ]; then
-  echo "image: $TAG is up to date ($image_hash)"
+mkdir -p "$CACHE"
+exec 9>"$CACHE/lock"
+flock 9  # one build at a time, from any checkout; the next finds its image up to date
+
+if podman image exists "$OWN"; then
+  podman tag "$OWN" "$TAG"
+  echo "image: $OWN is up to date, tagged $TAG"
   exit 0
 fi
 
@@ -65,10 +76,10 @@ RUN sh /tmp/netkit-src/image-finish.sh netkit /tmp/netkit-src && rm -rf /tmp/net
 LABEL netkit.inputs=$image_hash netkit.version=$VERSION
 ENTRYPOINT ["netkit"]
 EOF
-old=$(podman image inspect --format '{{.Id}}' "$TAG" 2>/dev/null || true)
-podman build --quiet --squash --isolation=chroot --network host -t "$TAG" "$ctx" >/dev/null
-# the image this one replaced, unless a container still uses it
-if [ -n "$old" ] && [ "$old" != "$(podman image inspect --format '{{.Id}}' "$TAG")" ]; then
-  podman image rm "$old" >/dev/null 2>&1 || true
-fi
-podman image inspect --format "image: $TAG {{.Size}} bytes" "$TAG"
+podman build --quiet --squash --isolation=chroot --network host -t "$OWN" -t "$TAG" "$ctx" >/dev/null
+# older checkouts' tags beyond the newest KEEP, and so their images, unless a container still uses one
+podman images --filter "reference=${TAG%%:*}:$VERSION-*" --format '{{.CreatedAt}}|{{.Repository}}:{{.Tag}}' |
+  LC_ALL=C sort -r | tail -n +$((KEEP + 1)) | cut -d'|' -f2 |
+  while read -r old; do podman image rm "$old" >/dev/null 2>&1 || true; done
+podman images --filter dangling=true --filter "label=netkit.version" --quiet | xargs -r podman image rm >/dev/null 2>&1 || true
+podman image inspect --format "image: $OWN (and $TAG) {{.Size}} bytes" "$OWN"

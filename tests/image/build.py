@@ -1,6 +1,7 @@
 """netkit's node image for the tests that run it (tests/image, tests/lab_cluster): built once per
-machine and checkout by scripts/build-image.sh (its base cached in ~/.cache/netkit-image, the image
-by an input hash on it, concurrent builds serialised), so only the first run pays for the Debian root.
+machine and checkout by scripts/build-image.sh (its base cached in ~/.cache/netkit-image, concurrent
+builds serialised), so only the first run pays for the Debian root. The tests run the checkout's own
+tag, `netkit:<version>-<hash of the image's inputs>`: never a stale image, nor another checkout's.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from netkit.lab.cluster import podman as runtime
 from netkit.lab.errors import LabError
 from tests.conftest import ROOT, need_root_and
 
-IMAGE = f"netkit:{netkit.__version__}"
-
 
 def need_podman() -> runtime.Podman:
     need_root_and("ip")
@@ -27,11 +26,13 @@ def need_podman() -> runtime.Podman:
 
 
 def build_image() -> str:
-    """netkit's image, built if its inputs changed; skips where podman or mmdebstrap is missing."""
+    """The checkout's image tag, built if it is not there; skips where podman or mmdebstrap is missing."""
     need_podman()
     if shutil.which("mmdebstrap") is None:
         pytest.skip("needs mmdebstrap (installed by make test)")
-    proc = subprocess.run([str(ROOT / "scripts" / "build-image.sh")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=1800, check=False)
+    script = str(ROOT / "scripts" / "build-image.sh")
+    proc = subprocess.run([script], cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return IMAGE
+    tag = subprocess.run([script, "--tag"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    assert tag.startswith(f"netkit:{netkit.__version__}-"), tag
+    return tag
