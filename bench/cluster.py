@@ -17,6 +17,13 @@ For each mode (iptables, nftables; ipvs only where the kernel has IPVS):
    minSyncPeriod is read from each run's first node's log (what its daemon uses: deploy/'s
    configuration leaves it at kube-proxy's defaults, 1 s for iptables and nftables, 0 for ipvs).
 
+With `--image IMAGE` (netkit's node image, `make image`), each mode runs twice: with the daemons and
+DNS servers as processes (the baseline, same run) and as podman containers of the image
+(`up --image`, the lab acting as kubelet). Figures: `up`'s time and the memory next to the process
+runtime's — a container's memory is the PSS of its processes plus its conmon (podman's per-container
+monitor) —, the network-programming latency p50 / p99 next to the process runtime's (the container
+runtime should leave it unchanged within noise), and the image's size.
+
 Runs once; a few minutes on 2 cores. Needs root, kubectl. IPVS mode needs a kernel with IPVS: in the
 test VM (software emulation, one vCPU; its /etc is read-only, so a tmpfs goes on /etc/netns), at a
 smaller size:
@@ -24,6 +31,8 @@ smaller size:
     .venv/bin/python bench/cluster.py [--nodes 10] [--services 100] [--modes iptables nftables]
     vm-images/run --memory 1536 -- .venv/bin/python bench/cluster.py --modes ipvs --nodes 2 \
         --dns-pods 1 --services 20 --timeout 400
+    .venv/bin/python bench/cluster.py --modes iptables --image netkit:0.1.0 \
+        --json bench/results/cluster-image.json
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,7 +55,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results  # noqa: E402  (bench/results.py: --json)
 
 from netkit.lab import start, stop  # noqa: E402
-from netkit.lab.cluster import lifecycle, state  # noqa: E402
+from netkit.lab.cluster import kubelet, lifecycle, state  # noqa: E402
+from netkit.lab.cluster.controlplane import log_lines  # noqa: E402
+from netkit.lab.cluster.podman import Podman  # noqa: E402
 from netkit.lab.cluster.state import Record  # noqa: E402
 from netkit.lab.sockets import connect  # noqa: E402
 
@@ -83,6 +95,40 @@ def memory(record: Record) -> dict[str, list[float]]:
         size = pss_kib(pid)
         if size:  # a process still starting (or exiting) has no mappings to count
             by_role.setdefault(role(pid), []).append(size / 1024)
+    return by_role
+
+
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except OSError:
+        return []
+
+
+def parent_of(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def container_memory(record: Record) -> dict[str, list[float]]:
+    """MiB of PSS per container (its processes), by role, and of each container's conmon."""
+    podman = Podman.find()
+    marker = str(state.cluster_dir(record.cluster_id))
+    names = [n for n, where in podman.labelled(kubelet.CLUSTER_LABEL).items() if where == marker]
+    out = podman.run("inspect", "--format", "{{.Name}} {{.State.Pid}}", *names).stdout
+    by_role: dict[str, list[float]] = {}
+    for line in out.splitlines():
+        name, pid = line.split()[0], int(line.split()[1])
+        pids, todo = [], [pid]
+        while todo:
+            pids.append(todo.pop())
+            todo += children(pids[-1])
+        kind = "netkit run (container)" if "-netkit-node-" in name else "netkit dns (container)"
+        by_role.setdefault(kind, []).append(sum(pss_kib(p) for p in pids) / 1024)
+        by_role.setdefault("conmon", []).append(pss_kib(parent_of(pid)) / 1024)
     return by_role
 
 
@@ -128,7 +174,7 @@ def latency(record: Record, n: int, kubeconfig: Path, tmp: Path) -> tuple[float,
 def min_sync_period(record: Record) -> float:
     """The minSyncPeriod the first node's daemon runs with (its `starting` log line)."""
     log = state.log_dir(record.cluster_id) / f"netkit-run-{record.cluster.nodes[0].name}.log"
-    for line in log.read_text().splitlines():
+    for line in log_lines(log):  # a container's too (CRI format)
         if line.startswith("{") and '"starting"' in line:
             return float(json.loads(line)["min_sync_period"])
     raise SystemExit(f"no `starting` line in {log}")
@@ -146,17 +192,33 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run_mode(mode: str, args: argparse.Namespace, baseline: float) -> list[results.Figure]:
+@dataclass(frozen=True, slots=True)
+class Run:
+    up_seconds: float
+    memory: dict[str, list[float]]
+    e2e: list[float]
+    floor: float  # minSyncPeriod
+
+    @property
+    def total(self) -> float:
+        return sum(sum(v) for v in self.memory.values())
+
+
+def measure(mode: str, args: argparse.Namespace, baseline: float, image: str = "") -> Run:
     nodes, services = args.nodes, args.services
+    label = f"{mode}{' --image' if image else ''}"
     started = time.monotonic()
-    record = lifecycle.up(nodes, mode, args.pods_per_node, timeout=args.timeout, dns_pods=args.dns_pods)
+    record = lifecycle.up(nodes, mode, args.pods_per_node, timeout=args.timeout, dns_pods=args.dns_pods,
+                          image=image)
     up_seconds = time.monotonic() - started
     try:
         mem = memory(record)
-        total = sum(sum(v) for v in mem.values())
+        if image:
+            mem.update(container_memory(record))
+        run = Run(up_seconds, mem, [], 0.0)
         parts = ", ".join(f"{r} {len(v)} × {statistics.mean(v):.0f}" for r, v in sorted(mem.items()))
-        print(f"{mode}: up {nodes} nodes in {up_seconds:.1f} s (plain 2-node lab {baseline:.2f} s: "
-              f"×{up_seconds / baseline:.0f}); memory {total:.0f} MiB PSS ({parts} MiB)", flush=True)
+        print(f"{label}: up {nodes} nodes in {up_seconds:.1f} s (plain 2-node lab {baseline:.2f} s: "
+              f"×{up_seconds / baseline:.0f}); memory {run.total:.0f} MiB PSS ({parts} MiB)", flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             samples = [latency(record, n, state.kubeconfig_path(record.cluster_id), Path(tmp))
                        for n in range(services)]
@@ -165,17 +227,36 @@ def run_mode(mode: str, args: argparse.Namespace, baseline: float) -> list[resul
         floor = min_sync_period(record)
         versus = f"p50 / minSyncPeriod ({floor:g} s) = {pct(e2e, 0.5) / floor:.2f}" if floor else \
             "minSyncPeriod 0: every change is synced at once"
-        print(f"{mode}: kubectl apply → all {nodes} nodes answer, {services} Services: "
+        print(f"{label}: kubectl apply → all {nodes} nodes answer, {services} Services: "
               f"p50 {pct(e2e, 0.5):.2f} s, p99 {pct(e2e, 0.99):.2f} s, max {max(e2e):.2f} s "
               f"(Service #{e2e.index(max(e2e)) + 1}); "
               f"kubectl itself p50 {statistics.median(kubectl):.2f} s; {versus}", flush=True)
     finally:
         lifecycle.down(record.cluster_id)
+    return Run(up_seconds, mem, e2e, floor)
+
+
+def run_mode(mode: str, args: argparse.Namespace, baseline: float) -> list[results.Figure]:
     fig = results.Figure.measured
-    return [fig(f"{mode}: cluster up vs the plain lab", up_seconds, "s", baseline),
-            fig(f"{mode}: PSS of every process", total, "MiB"),
-            fig(f"{mode}: apply → every node answers, p50", pct(e2e, 0.5), "s", floor or None),
-            fig(f"{mode}: apply → every node answers, p99", pct(e2e, 0.99), "s", floor or None)]
+    run = measure(mode, args, baseline)
+    if args.image:
+        boxed = measure(mode, args, baseline, args.image)
+        return [fig(f"{mode}: up --image vs processes", boxed.up_seconds, "s", run.up_seconds),
+                fig(f"{mode}: PSS --image vs processes", boxed.total, "MiB", run.total),
+                fig(f"{mode}: apply → every node answers, p50, --image vs processes", pct(boxed.e2e, 0.5), "s",
+                    pct(run.e2e, 0.5)),
+                fig(f"{mode}: apply → every node answers, p99, --image vs processes", pct(boxed.e2e, 0.99), "s",
+                    pct(run.e2e, 0.99))]
+    return [fig(f"{mode}: cluster up vs the plain lab", run.up_seconds, "s", baseline),
+            fig(f"{mode}: PSS of every process", run.total, "MiB"),
+            fig(f"{mode}: apply → every node answers, p50", pct(run.e2e, 0.5), "s", run.floor or None),
+            fig(f"{mode}: apply → every node answers, p99", pct(run.e2e, 0.99), "s", run.floor or None)]
+
+
+def image_size(image: str) -> results.Figure:
+    size = int(Podman.find().run("image", "inspect", "--format", "{{.Size}}", image).stdout.strip())
+    print(f"image {image}: {size / 1e6:.0f} MB", flush=True)
+    return results.Figure.measured(f"node image {image} size", round(size / 1e6), "MB")
 
 
 def main() -> None:
@@ -186,21 +267,28 @@ def main() -> None:
     p.add_argument("--pods-per-node", type=int, default=1)
     p.add_argument("--dns-pods", type=int, default=None, help="default: the cluster's (2)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for every node's first sync")
+    p.add_argument("--image", default="", help="also with the pods as containers of this image (up --image)")
     args = results.parse_args(p)
     if os.geteuid() != 0 or shutil.which("kubectl") is None:
         sys.exit("bench/cluster.py needs root and kubectl")
     writable_etc_netns()
     baseline = lab_baseline()
-    figures: list[results.Figure] = []
+    figures: list[results.Figure] = [image_size(args.image)] if args.image else []
     for mode in args.modes:
         if mode == "ipvs" and not Path("/proc/net/ip_vs").exists():
             print("ipvs: not measured (this kernel has no IPVS; see docs/ipvs.md for the VM)")
             continue
         figures += run_mode(mode, args, baseline)
-    results.write(args.json, __file__, f"`netkit lab cluster up --nodes {args.nodes} --pods-per-node "
-                  f"{args.pods_per_node}` (every node synced, the DNS answering; PSS of every process) vs the plain "
-                  f"2-node lab; then {args.services} Services one at a time, `kubectl apply` → every node answers "
-                  "the ClusterIP, vs minSyncPeriod as the daemon reads it", figures)
+    up = f"`netkit lab cluster up --nodes {args.nodes} --pods-per-node {args.pods_per_node}`"
+    if args.image:
+        workload = (f"{up} --image {args.image} (the daemons and DNS pods as podman containers; PSS of their "
+                    f"processes and conmons) vs {up} with processes, same run; then {args.services} Services one "
+                    "at a time, `kubectl apply` → every node answers the ClusterIP, on each")
+    else:
+        workload = (f"{up} (every node synced, the DNS answering; PSS of every process) vs the plain 2-node lab; "
+                    f"then {args.services} Services one at a time, `kubectl apply` → every node answers the "
+                    "ClusterIP, vs minSyncPeriod as the daemon reads it")
+    results.write(args.json, __file__, workload, figures)
 
 
 if __name__ == "__main__":
