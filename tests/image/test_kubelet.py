@@ -79,6 +79,6 @@ def test_a_failing_liveness_probe_replaces_the_container(image: str, netns: str,
         asyncio.run(asyncio.wait_for(scenario(), 180))
     finally:
         podman.remove(name)
-    assert "lab: liveness probe failed 2 times in a row: restarting the container" in log.read_text()
+    assert "lab: liveness probe failed 2 times in a row: container stopped, to be started again" in log.read_text()
     assert readiness == [], "never ready"
     assert not podman.run("ps", "--all", "--quiet", "--filter", f"name=^{name}$").stdout.strip()

@@ -114,10 +114,11 @@ class PodContainer:
         try:
             done, _ = await asyncio.wait({exited, probes[0]}, return_when=asyncio.FIRST_COMPLETED)
             if exited not in done and not self.stopping:
-                self.note(f"liveness probe failed {self.spec.liveness.failure_threshold if self.spec.liveness else 0}"
-                          " times in a row: restarting the container")
                 await asyncio.to_thread(self.podman.run, "stop", "--time", str(round(self.grace)), self.container,
                                         check=False, timeout=self.grace + 60)
+                # after the container's own last lines, so an error names the cause
+                self.note(f"liveness probe failed {self.spec.liveness.failure_threshold if self.spec.liveness else 0}"
+                          " times in a row: container stopped, to be started again")
             out, _ = await exited
         finally:
             for task in probes:
