@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import results  # noqa: E402  (bench/results.py: --json)
 
+from netkit import procfs  # noqa: E402
 from netkit.lab import start, stop  # noqa: E402
 from netkit.lab.cluster import kubelet, lifecycle, state  # noqa: E402
 from netkit.lab.cluster.controlplane import log_lines  # noqa: E402
@@ -106,13 +107,6 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def parent_of(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 def container_memory(record: Record) -> dict[str, list[float]]:
     """MiB of PSS per container (its processes), by role, and of each container's conmon."""
     podman = Podman.find()
@@ -128,7 +122,8 @@ def container_memory(record: Record) -> dict[str, list[float]]:
             todo += children(pids[-1])
         kind = "netkit run (container)" if "-netkit-node-" in name else "netkit dns (container)"
         by_role.setdefault(kind, []).append(sum(pss_kib(p) for p in pids) / 1024)
-        by_role.setdefault("conmon", []).append(pss_kib(parent_of(pid)) / 1024)
+        st = procfs.stat(pid)
+        by_role.setdefault("conmon", []).append(pss_kib(st.ppid) / 1024 if st else 0.0)
     return by_role
 
 
