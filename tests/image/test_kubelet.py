@@ -72,6 +72,7 @@ def test_a_failing_liveness_probe_replaces_the_container(image: str, netns: str,
                 assert time.monotonic() < deadline, "not restarted after its liveness probe failed"
                 await asyncio.sleep(0.2)
             assert pod.last_exit == 137, "stopped: SIGTERM, which sleep as PID 1 ignores, then SIGKILL"
+            assert pod.liveness_restarts == pod.restarts, "every restart was the probe's"
         finally:
             await pod.stop(grace=1)
 

@@ -353,7 +353,7 @@ class ControlPlane:
             for node, netns in nodes.items():
                 if node not in synced and (await asyncio.to_thread(nodehttp.last_sync, netns) or 0) > 0:
                     synced.add(node)
-            failed = [d for d in self.daemons.values() if d.restarts]
+            failed = [d for d in self.daemons.values() if exits(d)]
             if failed:
                 return f"netkit run on {failed[0].name} exited ({failed[0].last_exit}): {last_line(failed[0].log)}"
             for node in sorted(set(nodes) - synced):
@@ -380,6 +380,14 @@ class ControlPlane:
         # The whole cluster goes: nothing is left to drain, so no pod waits out its grace period.
         await asyncio.gather(*(s.stop(grace=3.0) for s in [*self.daemons.values(), *self.dns.values()]))
         await self.srv.stop()
+
+
+def exits(runner: Runner) -> int:
+    """How often it stopped by itself: a container its liveness probe had restarted (a node too slow
+    for the probe's budget, which kubelet would restart as well) is not a failed `up`."""
+    if isinstance(runner, kubelet.PodContainer):
+        return runner.restarts - runner.liveness_restarts
+    return runner.restarts
 
 
 def write_json(path: Path, doc: Any) -> None:

@@ -69,6 +69,7 @@ class PodContainer:
         self.grace = grace
         self.pid = 0
         self.restarts = 0
+        self.liveness_restarts = 0  # of `restarts`, those after a failed liveness probe
         self.last_exit: int | None = None
         self.ready = False
         self.stopping = False
@@ -114,6 +115,7 @@ class PodContainer:
         try:
             done, _ = await asyncio.wait({exited, probes[0]}, return_when=asyncio.FIRST_COMPLETED)
             if exited not in done and not self.stopping:
+                self.liveness_restarts += 1
                 await asyncio.to_thread(self.podman.run, "stop", "--time", str(round(self.grace)), self.container,
                                         check=False, timeout=self.grace + 60)
                 # after the container's own last lines, so an error names the cause
