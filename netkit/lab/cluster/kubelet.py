@@ -98,6 +98,8 @@ class PodContainer:
         await asyncio.to_thread(self.podman.remove, self.container)
         argv = podman_run_argv(self.spec, self.container, self.host)
         proc = await asyncio.to_thread(self.podman.run, *argv[1:], check=False)
+        if self.stopping:  # stop() removes what this made once this returns
+            return 0
         if proc.returncode != 0:
             said = proc.stderr.strip().splitlines()
             self.note(f"podman run: {said[-1] if said else f'exit {proc.returncode}'}")
@@ -165,17 +167,19 @@ class PodContainer:
             f.write(f"{stamp}.000000000+00:00 stderr F lab: {text}\n")
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop and remove the container: SIGTERM, SIGKILL after `grace` (None: the pod's own)."""
+        """Stop and remove the container: SIGTERM, SIGKILL after `grace` (None: the pod's own).
+
+        The supervising task is let finish rather than cancelled: a `podman run` under way in a thread
+        cannot be cancelled, and a container removed while podman creates it could outlive its record
+        in podman's storage. So the task's own podman command ends first, then the container goes."""
         grace = self.grace if grace is None else grace
         self.stopping = True
         await asyncio.to_thread(self.podman.run, "rm", "--force", "--ignore", "--time", str(round(grace)),
                                 self.container, check=False, timeout=grace + 60)
         if self.task is not None:
-            self.task.cancel()
-            try:
-                await self.task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - it was stopping anyway
-                pass
+            done, _ = await asyncio.wait({self.task}, timeout=grace + 120)
+            if not done:  # a podman command that hangs: give up on it
+                self.task.cancel()
         await asyncio.to_thread(self.podman.remove, self.container)  # one started while it was stopping
 
 
