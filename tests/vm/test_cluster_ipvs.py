@@ -54,7 +54,7 @@ def cluster(writable_etc_netns: None) -> Iterator[Record]:
         if shutil.which(tool) is None:
             pytest.skip(f"needs {tool}")
     started = time.monotonic()
-    record = lifecycle.up(2, "ipvs", 1, timeout=300, dns_pods=1)  # 1 DNS pod: each process costs ~40 s of TCG CPU
+    record = lifecycle.up(2, "ipvs", 1, timeout=900, dns_pods=1)  # 1 DNS pod: each process costs ~40 s of TCG CPU
     print(f"2-node ipvs cluster up in {time.monotonic() - started:.1f} s")
     try:
         yield record
