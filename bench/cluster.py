@@ -29,7 +29,7 @@ test VM (software emulation, one vCPU; its /etc is read-only, so a tmpfs goes on
 smaller size:
 
     .venv/bin/python bench/cluster.py [--nodes 10] [--services 100] [--modes iptables nftables]
-    vm-images/run --memory 1536 -- .venv/bin/python bench/cluster.py --modes ipvs --nodes 2 \
+    vm-images/run --cpus 1 --memory 1536 -- .venv/bin/python bench/cluster.py --modes ipvs --nodes 2 \
         --dns-pods 1 --services 20 --timeout 400
     .venv/bin/python bench/cluster.py --modes iptables --image netkit:0.1.0 \
         --json bench/results/cluster-image.json
