@@ -358,8 +358,8 @@ def daemon_main(args: argparse.Namespace) -> int:
                 "--services", *map(str, args.services), *(["--profile", args.profile] if args.profile else []),
                 *(["--json", str(Path(args.json).resolve())] if args.json else [])]  # the work folder is shared
         print(f"booting the test VM (TCG, 1 vCPU, {args.memory} MB)", flush=True)
-        return subprocess.run([str(here.parent.parent / "vm-images" / "run"), "--cpus", "1", "--memory", str(args.memory),
-                               "--timeout", str(args.timeout), "--", *argv]).returncode
+        return subprocess.run([str(here.parent.parent / "vm-images" / "run"), "--cpus", "1",
+                               "--memory", str(args.memory), "--timeout", str(args.timeout), "--", *argv]).returncode
     print(f"{'services':>8} | {'daemon p50':>10} {'p99':>7} | {'bare p50':>8} {'p99':>7} | {'ratio':>5} | "
           f"{'pyroute2 p50':>12} {'ratio':>5} | {'first sync':>10} {'full sync':>9} | {'RSS MB':>6} {'peak':>5}",
           flush=True)
