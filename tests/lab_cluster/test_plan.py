@@ -7,7 +7,7 @@ from ipaddress import IPv4Address
 
 import pytest
 
-from netkit.lab.cluster import plan, wiring
+from netkit.lab.cluster import objects, plan, wiring
 from netkit.lab.cluster.lifecycle import names_path
 from netkit.lab.cluster.plan import APP_DEPLOY, DNS_DEPLOY
 
@@ -144,3 +144,27 @@ def test_a_dual_stack_cluster_wires_both_families_and_an_ipv6_one_only_ipv6() ->
     assert wiring.pod_routes(six, six.pods_of(APP_DEPLOY)[0]) == ["route add default via fd00:244:0:1::1"]
     with pytest.raises(ValueError, match="--ip-family"):
         plan.initial("abc123", 1, 1, "iptables", ip_family="ipv5")
+
+
+def test_a_pod_template_hostname_and_subdomain_reach_the_pod_object_and_survive_a_drain() -> None:
+    c, added, _ = plan.scale(plan.initial("abc123", 2, 1, "iptables"), "querier", 1, "dns-querier-2",
+                             "dns-test-service-2")
+    (pod,) = added
+    assert (pod.hostname, pod.subdomain) == ("dns-querier-2", "dns-test-service-2")
+    spec = objects.pod_object(c, pod)["spec"]
+    assert (spec["hostname"], spec["subdomain"]) == ("dns-querier-2", "dns-test-service-2")
+    assert "hostname" not in objects.pod_object(c, c.pods_of(APP_DEPLOY)[0])["spec"]
+    assert plan.from_json(plan.to_json(c)) == c
+    _, moved, _ = plan.drain(c, pod.node)
+    assert [(p.deploy, p.hostname, p.subdomain) for p in moved if p.deploy == "querier"] == [
+        ("querier", "dns-querier-2", "dns-test-service-2")]
+
+
+def test_a_pod_that_is_never_ready_says_so_in_its_object_and_record() -> None:
+    c, (pod,), _ = plan.scale(plan.initial("abc123", 2, 1, "iptables"), "unready", 1, unready=True)
+    assert pod.unready
+    annotations = objects.pod_object(c, pod)["metadata"]["annotations"]
+    assert annotations[objects.NEVER_READY_ANNOTATION] == "true"
+    web = objects.pod_object(c, c.pods_of(APP_DEPLOY)[0])
+    assert objects.NEVER_READY_ANNOTATION not in web["metadata"]["annotations"]
+    assert plan.from_json(plan.to_json(c)) == c

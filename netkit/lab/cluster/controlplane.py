@@ -305,7 +305,8 @@ class ControlPlane:
         except OSError as exc:
             print(f"pod {name}: {exc}", file=sys.stderr, flush=True)
             return
-        self.set_ready(pod, True)
+        never = ((pod.get("metadata") or {}).get("annotations") or {}).get(objects.NEVER_READY_ANNOTATION) == "true"
+        self.set_ready(pod, not never)
         self.write_status()
 
     async def mark_ready_when(self, name: str, pod: JSON, check: Callable[[], bool]) -> None:

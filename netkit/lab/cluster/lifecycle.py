@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,8 +239,11 @@ def record_of(cid: str) -> state.Record:
     return record
 
 
-def scale(cid: str, deploy: str, replicas: int, *, create: bool = False, grace_timeout: float = 30.0) -> Changed:
-    """Set `deploy`'s pods to `replicas` (`create`: a new deployment, its pods labelled app=DEPLOY)."""
+def scale(cid: str, deploy: str, replicas: int, *, create: bool = False, grace_timeout: float = 30.0,
+          hostname: str = "", subdomain: str = "", unready: bool = False) -> Changed:
+    """Set `deploy`'s pods to `replicas` (`create`: a new deployment, its pods labelled app=DEPLOY;
+    new pods get `hostname` and `subdomain` as their spec.hostname and spec.subdomain; `unready`:
+    new pods serve but never turn Ready, as with a readiness probe that always fails)."""
     with state.locked(cid):
         record = record_of(cid)
         known = (*record.cluster.deploys, *(() if plan.APP_DEPLOY in record.cluster.deploys else (plan.APP_DEPLOY,)))
@@ -248,7 +251,7 @@ def scale(cid: str, deploy: str, replicas: int, *, create: bool = False, grace_t
             hint = "" if create else "; --create makes a new one"
             raise LabError(f"no deployment {deploy!r} in cluster {cid} (deployments: {', '.join(known)}{hint})")
         try:
-            cluster, added, doomed = plan.scale(record.cluster, deploy, replicas)
+            cluster, added, doomed = plan.scale(record.cluster, deploy, replicas, hostname, subdomain, unready)
         except ValueError as exc:
             raise LabError(str(exc)) from exc
         record = add(record, cluster, added)
@@ -275,6 +278,27 @@ def drain(cid: str, node: str, *, grace_timeout: float = 30.0) -> Changed:
         return Changed(added, evicted)
 
 
+def delete(cid: str, names: Sequence[str], *, grace_timeout: float = 30.0, hold: bool = False) -> Changed:
+    """Delete pods by name, gracefully, as `kubectl delete pod` does to a pod no controller replaces.
+    `hold`: leave them terminating — not Ready, still serving — as a pod whose long
+    terminationGracePeriodSeconds has not run out (agnhost netexec --delay-shutdown); a later
+    delete without `hold` removes them."""
+    with state.locked(cid):
+        record = record_of(cid)
+        pods = {p.name: p for p in record.cluster.pods}
+        missing = [n for n in names if n not in pods]
+        if missing:
+            raise LabError(f"no pod {missing[0]!r} in cluster {cid}")
+        doomed = tuple(pods[n] for n in names)
+        if hold:
+            api, stamp = Api(record.api_port), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            for pod in doomed:
+                api.replace("pods", pod.namespace, objects.pod_object(record.cluster, pod, terminating=stamp))
+        else:
+            remove(record, doomed, grace_timeout)
+        return Changed((), doomed)
+
+
 def add(record: state.Record, cluster: Cluster, pods: tuple[Pod, ...]) -> state.Record:
     """Build `pods`' namespaces, create their Pod objects, wait until the control plane serves them."""
     record = record.with_cluster(cluster)
@@ -283,7 +307,9 @@ def add(record: state.Record, cluster: Cluster, pods: tuple[Pod, ...]) -> state.
     api = Api(record.api_port)
     for pod in pods:
         api.create("pods", pod.namespace, objects.pod_object(cluster, pod))
-    wait_for(lambda: all(pod_ready(api, p) for p in pods), 10.0, "new pods to become ready")
+    status = state.cluster_dir(record.cluster_id) / "status.json"
+    wait_for(lambda: all(p.name in read_echo(status) if p.unready else pod_ready(api, p) for p in pods), 10.0,
+             "new pods to become ready")
     return record
 
 
@@ -298,7 +324,9 @@ def remove(record: state.Record, pods: tuple[Pod, ...], grace_timeout: float) ->
     api = Api(record.api_port)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for pod in pods:
-        api.replace("pods", pod.namespace, objects.pod_object(record.cluster, pod, ready=True, terminating=stamp))
+        if not (api.get("pods", pod.namespace, pod.name).get("metadata") or {}).get("deletionTimestamp"):
+            api.replace("pods", pod.namespace,
+                        objects.pod_object(record.cluster, pod, ready=not pod.unready, terminating=stamp))
     trigger = wait_published_terminating(api, pods, grace_timeout)
     if trigger is not None:  # else no slice lists them: no node sends them anything
         late = programmed.wait({n.name: n.netns for n in record.cluster.nodes}, trigger, grace_timeout)

@@ -22,6 +22,7 @@ from netkit.lab.cluster.plan import (
 JSON = dict[str, Any]
 NETNS_ANNOTATION = "lab.netkit.io/netns"
 KIND_ANNOTATION = "lab.netkit.io/kind"
+NEVER_READY_ANNOTATION = "lab.netkit.io/never-ready"  # "true": its readiness probe never passes
 DOMAIN = CLUSTER_DOMAIN
 
 
@@ -55,9 +56,12 @@ def pod_object(cluster: Cluster, pod: Pod, *, ready: bool = False, terminating: 
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": pod.name, "namespace": pod.namespace, "labels": pod.labels,
-                     "annotations": {NETNS_ANNOTATION: pod.netns, KIND_ANNOTATION: pod.kind},
+                     "annotations": {NETNS_ANNOTATION: pod.netns, KIND_ANNOTATION: pod.kind,
+                                     **({NEVER_READY_ANNOTATION: "true"} if pod.unready else {})},
                      **({"deletionTimestamp": terminating} if terminating else {})},
         "spec": {"nodeName": pod.node,
+                 **({"hostname": pod.hostname} if pod.hostname else {}),
+                 **({"subdomain": pod.subdomain} if pod.subdomain else {}),
                  "containers": [{"name": pod.deploy, "image": image, "ports": container_ports(pod)}]},
         "status": {"phase": "Running", "hostIP": str(cluster.node_ips(node)[0]), "podIP": ips[0],
                    "podIPs": [{"ip": ip} for ip in ips],

@@ -113,6 +113,9 @@ class Pod:
     slot: int
     netns: str
     kind: str = Kind.ECHO
+    hostname: str = ""  # the pod's spec.hostname and spec.subdomain, as a pod template sets them
+    subdomain: str = ""
+    unready: bool = False  # its readiness probe never passes: serving, never Ready
 
     @property
     def ip(self) -> IPv4Address:
@@ -288,26 +291,30 @@ def place(cluster: Cluster, deploy: str) -> Node:
     return min(candidates, key=lambda n: (sum(1 for p in cluster.pods_of(deploy) if p.node == n.name), n.index))
 
 
-def new_pod(cluster: Cluster, deploy: str) -> tuple[Cluster, Pod]:
+def new_pod(cluster: Cluster, deploy: str, hostname: str = "", subdomain: str = "", unready: bool = False
+            ) -> tuple[Cluster, Pod]:
     node = place(cluster, deploy)
     serial = cluster.serial(deploy) + 1
     name = f"{deploy}-{serial}"
     kind = Kind.DNS if deploy == DNS_DEPLOY else Kind.ECHO
     namespace = DNS_NAMESPACE if kind == Kind.DNS else "default"
     pod = Pod(name, namespace, deploy, node.name, node.index, free_slot(cluster, node, kind),
-              netns_name(cluster.prefix, cluster.cluster_id, name), kind)
+              netns_name(cluster.prefix, cluster.cluster_id, name), kind, hostname, subdomain, unready)
     serials = tuple(sorted({**dict(cluster.serials), deploy: serial}.items()))
     return replace(cluster, pods=(*cluster.pods, pod), serials=serials), pod
 
 
-def scale(cluster: Cluster, deploy: str, replicas: int) -> tuple[Cluster, tuple[Pod, ...], tuple[Pod, ...]]:
+def scale(cluster: Cluster, deploy: str, replicas: int, hostname: str = "", subdomain: str = "",
+          unready: bool = False) -> tuple[Cluster, tuple[Pod, ...], tuple[Pod, ...]]:
     """(cluster with `replicas` pods of `deploy`, pods added, pods to remove). Removes the newest
-    pods from the most loaded nodes first, as a ReplicaSet spreads its deletions."""
+    pods from the most loaded nodes first, as a ReplicaSet spreads its deletions. New pods get
+    `hostname` and `subdomain` (a pod template's spec.hostname and spec.subdomain); `unready`: their
+    readiness probe never passes."""
     if replicas < 0:
         raise ValueError(f"replicas must be 0 or more, not {replicas}")
     added: list[Pod] = []
     while len(cluster.pods_of(deploy)) < replicas:
-        cluster, pod = new_pod(cluster, deploy)
+        cluster, pod = new_pod(cluster, deploy, hostname, subdomain, unready)
         added.append(pod)
     current = list(cluster.pods_of(deploy))
     doomed: list[Pod] = []
@@ -334,7 +341,7 @@ def drain(cluster: Cluster, node: str) -> tuple[Cluster, tuple[Pod, ...], tuple[
     evicted = cluster.pods_on(node)
     added: list[Pod] = []
     for old in evicted:
-        cluster, pod = new_pod(cluster, old.deploy)
+        cluster, pod = new_pod(cluster, old.deploy, old.hostname, old.subdomain, old.unready)
         added.append(pod)
     return cluster, tuple(added), evicted
 
@@ -345,7 +352,9 @@ def to_json(cluster: Cluster) -> dict[str, object]:
     return {
         "cluster_id": cluster.cluster_id, "mode": cluster.mode, "nodes": len(cluster.nodes),
         "pods": [{"name": p.name, "namespace": p.namespace, "deploy": p.deploy, "node": p.node,
-                  "slot": p.slot, "kind": p.kind} for p in cluster.pods],
+                  "slot": p.slot, "kind": p.kind, **({"hostname": p.hostname} if p.hostname else {}),
+                  **({"subdomain": p.subdomain} if p.subdomain else {}),
+                  **({"unready": True} if p.unready else {})} for p in cluster.pods],
         "serials": dict(cluster.serials), "cordoned": list(cluster.cordoned), "netns_prefix": cluster.prefix,
         "ip_family": cluster.ip_family,
     }
@@ -358,7 +367,8 @@ def from_json(data: dict[str, object]) -> Cluster:
     index = {n.name: n.index for n in nodes}
     pods = tuple(Pod(str(p["name"]), str(p["namespace"]), str(p["deploy"]), str(p["node"]),
                      index[str(p["node"])], int(str(p["slot"])), netns_name(prefix, cid, str(p["name"])),
-                     str(p["kind"]))
+                     str(p["kind"]), str(p.get("hostname", "")), str(p.get("subdomain", "")),
+                     bool(p.get("unready", False)))
                  for p in _dicts(data.get("pods")))
     serials = data.get("serials") or {}
     assert isinstance(serials, dict)
