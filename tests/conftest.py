@@ -199,3 +199,23 @@ def _guard_each(request: pytest.FixtureRequest) -> Iterator[None]:
         leftovers.remove(found)
     assert not changed, "this test changed the machine's own network namespace:\n" + "\n".join(changed)
     assert not any(found.values()), "this test left behind (now removed):\n" + "\n".join(leftovers.new({}, found))
+
+
+ETC_NETNS = Path("/etc/netns")
+
+
+@pytest.fixture(scope="session")
+def writable_etc_netns() -> Iterator[None]:
+    """/etc/netns writable for the lab cluster's pods' resolv.conf files: as it is on the host; in
+    the test VM, whose /etc is the host's, read-only, a tmpfs goes on it (the VM's own mount, gone
+    when it powers off)."""
+    if os.access(ETC_NETNS, os.W_OK):
+        yield
+        return
+    if not ETC_NETNS.is_dir():
+        pytest.skip("needs /etc/netns on the host root (the VM's /etc is read-only: a tmpfs goes on it)")
+    subprocess.run(["mount", "-t", "tmpfs", "netns", str(ETC_NETNS)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(ETC_NETNS)], check=False)

@@ -30,19 +30,22 @@ from netkit.lab.sockets import Outcome
 from tests.conftest import need_root_and
 from tests.lab_cluster.conftest import UP_TIMEOUT, Kubectl, fresh, hit, in_pod, need_kubectl
 
-MODES = ("iptables", "nftables", "dual-stack")
+HERE = Path(__file__).parent
+IN_VM = os.environ.get("NETKIT_IN_VM") == "1"  # the IPVS test VM (vm-images/run-tests): the ipvs subset
+MODES = ("ipvs",) if IN_VM else ("iptables", "nftables", "dual-stack")
 # a mode is netkit's proxy mode, or dual-stack: an iptables-mode cluster with both IP families
 PROXY_MODE = {"dual-stack": "iptables"}
 IP_FAMILY = {"dual-stack": "dual"}
 RESULTS_ENV = "NETKIT_E2E_RESULTS"  # a file: the outcome of every test, by upstream name and mode
 POLL = 60.0  # seconds: the lab syncs in about a second; a loaded machine takes longer
-CLIENT_NODE = "node-3"
+CLIENT_NODE = "node-3"  # the last node; in the VM's 2-node cluster, node-2
 
 pytestmark = pytest.mark.netns
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "upstream(name): the upstream [sig-network] e2e test translated")
+    config.addinivalue_line("markers", "ipvs: in the IPVS subset the test VM runs")
 
 
 def upstream_name(item: pytest.Item) -> str | None:
@@ -50,7 +53,11 @@ def upstream_name(item: pytest.Item) -> str | None:
     return str(marker.args[0]) if marker else None
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if IN_VM:  # only the IPVS subset: the others are not run (not reported as skipped)
+        outside = [i for i in items if i.path.is_relative_to(HERE) and i.get_closest_marker("ipvs") is None]
+        config.hook.pytest_deselected(items=outside)
+        items[:] = [i for i in items if i not in outside]
     for item in items:
         name = upstream_name(item)
         if name is not None:
@@ -102,9 +109,12 @@ def proxy_mode(mode: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def cluster(mode: str, proxy_mode: str) -> Iterator[Record]:
+def cluster(mode: str, proxy_mode: str, writable_etc_netns: None) -> Iterator[Record]:
+    """3 nodes, 2 `web` pods each; in the test VM (software emulation, one vCPU, where each `netkit
+    run` and `netkit dns` costs ~40 s of CPU to start) 2 nodes, 1 `web` pod each, 1 DNS pod."""
     need_root_and("ip", *lifecycle.MODE_TOOLS[proxy_mode])
-    record = lifecycle.up(3, proxy_mode, 2, timeout=float(UP_TIMEOUT), ip_family=IP_FAMILY.get(mode, "ipv4"))
+    record = (lifecycle.up(2, proxy_mode, 1, timeout=1500, dns_pods=1) if IN_VM
+              else lifecycle.up(3, proxy_mode, 2, timeout=float(UP_TIMEOUT), ip_family=IP_FAMILY.get(mode, "ipv4")))
     try:
         yield record
     finally:
@@ -119,8 +129,9 @@ def kubectl(cluster: Record, tmp_path: Path) -> Kubectl:
 
 @pytest.fixture
 def exec_pod(cluster: Record) -> str:
-    """The upstream tests' exec pod: a `web` pod on node-3 (no test here scales `web`)."""
-    return next(p.name for p in fresh(cluster).cluster.pods_on(CLIENT_NODE) if p.deploy == "web")
+    """The upstream tests' exec pod: a `web` pod on the last node (no test here scales `web`)."""
+    last = fresh(cluster).cluster.nodes[-1].name
+    return next(p.name for p in fresh(cluster).cluster.pods_on(last) if p.deploy == "web")
 
 
 def get(kubectl: Kubectl, kind: str, name: str) -> dict[str, Any]:
@@ -159,8 +170,15 @@ def service_down(record: Record, pod: str, ip: str, port: int) -> bool:
 
 
 CONNECT = """import socket, sys
+host, port, proto = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 try:
-    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+    if proto == "udp":
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(3)
+        s.connect((host, port))
+        s.send(b"hostname\\n")
+    else:
+        s = socket.create_connection((host, port), timeout=3)
     print(s.recv(200).decode().split()[0])
 except ConnectionRefusedError:
     print("REFUSED")
@@ -171,11 +189,58 @@ except OSError as e:
 """
 
 
-def connect_by_name(record: Record, pod: str, host: str, port: int) -> str:
-    """agnhost connect from inside the pod, by name through its resolv.conf: the answering pod's
-    name, or REFUSED / TIMEOUT / OTHER."""
-    proc = in_pod(record, pod, [sys.executable, "-c", CONNECT, host, str(port)])
+def connect_by_name(record: Record, pod: str, host: str, port: int, proto: str = "tcp") -> str:
+    """agnhost connect (or `nc -u` for UDP) from inside the pod, by name through its resolv.conf:
+    the answering pod's name, or REFUSED / TIMEOUT / OTHER."""
+    proc = in_pod(record, pod, [sys.executable, "-c", CONNECT, host, str(port), proto])
     return proc.stdout.strip() or f"OTHER {proc.stderr.strip()}"
+
+
+def node_ips(record: Record) -> list[str]:
+    """e2enode.CollectAddresses(nodes, InternalIP): every node's address, the first node's first."""
+    return [str(n.ip) for n in fresh(record).cluster.nodes]
+
+
+def node_of(record: Record, pod: str) -> str:
+    return next(p.node for p in fresh(record).cluster.pods if p.name == pod)
+
+
+def pod_ip(record: Record, pod: str) -> str:
+    return next(str(p.ip) for p in fresh(record).cluster.pods if p.name == pod)
+
+
+def web_pod_on(record: Record, node: str) -> str:
+    """A pause pod on `node`: one of the `web` pods there (no test scales `web`)."""
+    return next(p.name for p in fresh(record).cluster.pods_on(node) if p.deploy == "web")
+
+
+def service_reachable(record: Record, pod: str, name: str, ip: str, ports: list[tuple[int, str]],
+                      pods: set[str], node_ports: list[int] | None = None) -> bool:
+    """CheckServiceReachability: every Service port answered by one of `pods`, by name and by
+    ClusterIP (and for a NodePort Service, on every node's address at its node port)."""
+    for port, proto in ports:
+        if connect_by_name(record, pod, name, port, proto) not in pods:
+            return False
+        if hit(record, pod, ip, port, proto).backend not in pods:
+            return False
+    return all(hit(record, pod, node, port).backend in pods for node in node_ips(record) for port in node_ports or [])
+
+
+CURL = """import sys, urllib.error, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=3) as r:
+        print(r.status, r.reason); print(r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.reason)
+except OSError as e:
+    print("ERROR", e)
+"""
+
+
+def http_get(record: Record, where: str, url: str) -> str:
+    """`curl -i URL` from a pod or a node: the status line ("200 OK"), then the body; or
+    "ERROR …" when nothing answers."""
+    return in_pod(record, where, [sys.executable, "-c", CURL, url]).stdout
 
 
 def dig(record: Record, pod: str, name: str, rtype: str = "A", *extra: str) -> list[str]:

@@ -3,6 +3,8 @@
 tests run there only, "—" in the other columns).
 
     NETKIT_E2E_RESULTS=tests/e2e/results.json pytest -n 2 tests/e2e   # as root
+    vm-images/run -- env NETKIT_E2E_RESULTS=tests/e2e/results-ipvs.json \
+        .venv/bin/python -m pytest tests/e2e                          # the IPVS subset, in the test VM
     python -m tests.e2e.table                                         # rewrites docs/e2e.md's table
 
 The table goes between the page's two markers; the upstream tests not yet translated, and those the
@@ -17,9 +19,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "tests" / "e2e" / "results.json"
+RESULTS_VM = ROOT / "tests" / "e2e" / "results-ipvs.json"  # the IPVS subset, run in the test VM
 PAGE = ROOT / "docs" / "e2e.md"
 BEGIN, END = "<!-- e2e-table:begin -->", "<!-- e2e-table:end -->"
-MODES = ("iptables", "nftables", "dual-stack")
+MODES = ("iptables", "nftables", "dual-stack")  # on the host
+VM_MODES = ("ipvs",)  # the tests marked `ipvs`, in the test VM; "—" for the others
 MARK = {"passed": "pass", "failed": "**FAIL**", "skipped": "skipped"}
 DUAL_STACK_ONLY = "[Feature:IPv6DualStack]"  # upstream's dual-stack tests: run in the dual-stack mode only
 GRANULAR = f"{DUAL_STACK_ONLY} Granular Checks: Services Secondary IP Family [LinuxOnly]"
@@ -30,33 +34,7 @@ def modes_of(row: dict[str, str]) -> tuple[str, ...]:
     return ("dual-stack",) if row["describe"] == DUAL_STACK_ONLY else MODES
 
 NOT_YET = (
-    "Services should have session affinity timeout work for service with type clusterIP [LinuxOnly] [Conformance]",
-    "Services should have session affinity work for NodePort service [LinuxOnly] [Conformance]",
-    "Services should be able to switch session affinity for NodePort service [LinuxOnly] [Conformance]",
-    "Services should have session affinity timeout work for NodePort service [LinuxOnly] [Conformance]",
-    "Services should serve a basic endpoint from pods [Conformance]",
-    "Services should be able to change the type from ExternalName to NodePort [Conformance]",
-    "Services should be able to change the type from NodePort to ExternalName [Conformance]",
-    "Services should be able to create a functioning NodePort service [Conformance]",
-    "Services should allow pods to hairpin back to themselves through services",
-    "Services should preserve source pod IP for traffic thru service cluster IP [LinuxOnly]",
-    "Services should respect internalTrafficPolicy=Local Pod to Pod",
-    "Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes",
-    "Services should be able to up and down services",
-    "Services should work after the service has been recreated",
-    "Services should be updated after adding or deleting ports",
-    "Services should be able to connect to terminating and unready endpoints if PublishNotReadyAddresses is true",
-    "Services should not be able to connect to terminating and unready endpoints if PublishNotReadyAddresses "
-    "is false",
-    "Services should create endpoints for unready pods",
-    "Conntrack should be able to preserve UDP traffic when server pod cycles for a ClusterIP service",
-    "Conntrack should be able to preserve UDP traffic when server pod cycles for a NodePort service",
     "Conntrack should drop INVALID conntrack entries [Privileged]",
-    "DNS should provide DNS for the cluster  [Conformance]",
-    "DNS should resolve DNS of partial qualified names for services [LinuxOnly] [Conformance]",
-    "DNS should provide DNS for pods for Hostname [LinuxOnly] [Conformance]",
-    "DNS should provide DNS for pods for Subdomain [Conformance]",
-    "Services should check kube-proxy urls",
     f"{GRANULAR} should be able to handle large requests: http",
     f"{GRANULAR} should be able to handle large requests: udp",
 )
@@ -65,6 +43,8 @@ NOT_EXPRESSIBLE = (
      "needs a kubelet that evicts a pod over its ephemeral-storage limit; the lab's pods are namespaces"),
     ("DNS should provide /etc/hosts entries for the cluster [Conformance]",
      "kubelet's /etc/hosts, not the dataplane or the cluster DNS; the lab has no kubelet"),
+    ("DNS should provide DNS for pods for Hostname [LinuxOnly] [Conformance]",
+     "the probe's `getent hosts` of its own hostname reads kubelet's /etc/hosts, not the cluster DNS"),
     ("DNS should support configurable pod DNS nameservers [Conformance]",
      "kubelet writes a pod's resolv.conf from dnsPolicy/dnsConfig; the lab's pods get a fixed one"),
     ("Services should be able to change the type and ports of a TCP service [Slow]",
@@ -76,15 +56,21 @@ NOT_EXPRESSIBLE = (
 )
 
 
-def load(path: Path = RESULTS) -> dict[str, dict[str, str]]:
+def load(path: Path = RESULTS, vm: Path = RESULTS_VM) -> dict[str, dict[str, str]]:
+    """The host run's outcomes, with the VM run's joined in by upstream name."""
     data: dict[str, dict[str, str]] = json.loads(path.read_text())
+    extra: dict[str, dict[str, str]] = json.loads(vm.read_text()) if vm.exists() else {}
+    for name, row in extra.items():
+        data.get(name, {}).update({m: row[m] for m in VM_MODES if m in row})
     return data
 
 
 def table(results: dict[str, dict[str, str]]) -> str:
-    lines = ["| upstream test | our test | " + " | ".join(MODES) + " |", "|---|---|" + "---|" * len(MODES)]
+    columns = (*MODES, *VM_MODES)
+    lines = ["| upstream test | our test | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for name, row in sorted(results.items(), key=lambda kv: (kv[1]['describe'], kv[0])):
         cells = [MARK.get(row.get(m, ""), "not run") if m in modes_of(row) else "—" for m in MODES]
+        cells += [MARK.get(row.get(m, ""), "—") for m in VM_MODES]
         lines.append(f"| {row['describe']} {name} | `{row['test']}` | " + " | ".join(cells) + " |")
     lines += ["", "Not yet translated:", ""] + [f"- {name}" for name in NOT_YET]
     lines += ["", "Not expressible in the lab:", ""] + [f"- {name}: {why}." for name, why in NOT_EXPRESSIBLE]

@@ -8,7 +8,6 @@ fixture mounts a tmpfs there (the VM's own mount, gone when it powers off)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -20,9 +19,9 @@ import pytest
 
 from netkit.lab.cluster import build, lifecycle, state
 from netkit.lab.cluster.state import Record
+from tests.conftest import ETC_NETNS
 from tests.lab_cluster.conftest import Kubectl, answered_by, eventually, fresh, hit, in_pod
 
-ETC_NETNS = Path("/etc/netns")
 WEB = """apiVersion: v1
 kind: Service
 metadata: {name: web}
@@ -32,20 +31,6 @@ spec:
   ports:
   - {name: http, port: 80, targetPort: http, nodePort: 30080}
 """
-
-
-@pytest.fixture(scope="module")
-def writable_etc_netns() -> Iterator[None]:
-    if os.access(ETC_NETNS, os.W_OK):
-        yield
-        return
-    if not ETC_NETNS.is_dir():
-        pytest.skip("needs /etc/netns on the host root (the VM's /etc is read-only: a tmpfs goes on it)")
-    subprocess.run(["mount", "-t", "tmpfs", "netns", str(ETC_NETNS)], check=True)
-    try:
-        yield
-    finally:
-        subprocess.run(["umount", str(ETC_NETNS)], check=False)
 
 
 @pytest.fixture(scope="module")
