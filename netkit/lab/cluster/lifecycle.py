@@ -336,7 +336,7 @@ def remove(record: state.Record, pods: tuple[Pod, ...], grace_timeout: float) ->
     for pod in pods:
         api.delete("pods", pod.namespace, pod.name)
     status = state.cluster_dir(record.cluster_id) / "status.json"
-    wait_for(lambda: not any(p.name in read_echo(status) for p in pods), 5.0, "pods to stop")
+    wait_for(lambda: not any(p.name in read_echo(status) for p in pods), grace_timeout, "pods to stop")
     build.remove_pods(record.cluster, pods)
     record = record.with_cluster(plan.without(record.cluster, pods))
     state.save(record)
