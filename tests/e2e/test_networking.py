@@ -20,12 +20,12 @@ def self_url(record: Record, node: str, port: int, path: str) -> str:
 
 
 @pytest.mark.upstream("should check kube-proxy urls")
-def test_kube_proxy_urls(cluster: Record, mode: str) -> None:
+def test_kube_proxy_urls(cluster: Record, proxy_mode: str) -> None:
     """Networking should check kube-proxy urls: on a node, the proxy's healthz port (10256) answers
     /healthz with 200 OK and a body with lastUpdated, and its status port (10249) answers
     /proxyMode with 200 — and, as kube-proxy's does, with the mode."""
     node = fresh(cluster).cluster.nodes[0].name
     healthz = self_url(cluster, node, 10256, "/healthz")
     assert healthz.startswith("200 OK") and "lastUpdated" in healthz, healthz
-    proxy_mode = self_url(cluster, node, 10249, "/proxyMode")
-    assert proxy_mode.split("\n")[:2] == ["200 OK", mode], proxy_mode
+    answer = self_url(cluster, node, 10249, "/proxyMode")
+    assert answer.split("\n")[:2] == ["200 OK", proxy_mode], answer
