@@ -53,7 +53,11 @@ def upstream_name(item: pytest.Item) -> str | None:
     return str(marker.args[0]) if marker else None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The IPVS subset alone in the VM; each mode's tests one xdist group (`--dist loadgroup`, as
+    `make test` runs), so one worker builds that mode's cluster, not every worker that gets one of
+    its tests; the upstream test's name on each report."""
     if IN_VM:  # only the IPVS subset: the others are not run (not reported as skipped)
         outside = [i for i in items if i.path.is_relative_to(HERE) and i.get_closest_marker("ipvs") is None]
         config.hook.pytest_deselected(items=outside)
@@ -66,6 +70,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             test = f"{item.path.name}::{item.name.split('[')[0]}"
             describe = str(getattr(getattr(item, "module", None), "DESCRIBE", ""))
             item.user_properties += [("upstream", name), ("mode", mode), ("test", test), ("describe", describe)]
+        callspec = getattr(item, "callspec", None)
+        if item.path.is_relative_to(HERE) and callspec is not None and "mode" in callspec.params:
+            item.add_marker(pytest.mark.xdist_group(f"e2e-{callspec.params['mode']}"))
 
 
 @pytest.hookimpl(wrapper=True)
