@@ -18,12 +18,22 @@ connections held open to `netkit dns`, the latency of a new TCP client's query (
 against the same with no idle connections; and the resident memory of `netkit dns` serving 10,000
 services. Needs dnsperf and dnsmasq (Debian: dnsperf, dnsmasq-base).
 
+`--relist` measures instead what a large cluster costs `netkit dns --kubeconfig … --pods verified`:
+the test API server (netkit.testing) serves 10,000 Services, 10,000 EndpointSlices (5 endpoints each)
+and 50,000 Pods shaped like a Deployment's, and the figures are the time to the first answer, the
+peak resident memory (VmHWM) after the first list and after a forced relist (the API server goes down,
+compacts its history and comes back, so the watches get 410 Gone), and the answers for existing
+names that were not NOERROR while the relist ran (CoreDNS keeps the old store until the new list is
+complete). The target is kubeadm's CoreDNS memory limit, 170 MiB.
+
     .venv/bin/python bench/dns.py [--seconds 5] [--clients 4] [--loop auto|asyncio|uvloop]
+    .venv/bin/python bench/dns.py --relist [--pods 50000] --json bench/results/dns-relist.json
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import shutil
@@ -33,9 +43,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results  # noqa: E402  (bench/results.py: --json)
@@ -49,6 +62,7 @@ EXTERNAL = "example.test"
 TCP_IDLE = 300
 TCP_TARGET_MS = 100
 MEMORY_TARGET_MB = 200
+RELIST_TARGET_MIB = 170  # kubeadm's CoreDNS Deployment: resources.limits.memory 170Mi
 
 
 @dataclass(frozen=True)
@@ -259,6 +273,254 @@ def memory_at(work: Path, count: int, args: argparse.Namespace) -> float:
         stop(proc)
 
 
+# --- --relist: a large cluster from the test API server --------------------------------------------
+
+
+STAMP = "2026-01-01T00:00:00Z"
+NAMESPACES = 100
+
+
+def pod_ip(i: int) -> str:
+    return f"10.{64 + ((i + 1) >> 16)}.{((i + 1) >> 8) & 255}.{(i + 1) & 255}"
+
+
+def pod_doc(i: int, per: int) -> dict[str, Any]:
+    """A Deployment's pod as the API server returns it (without managedFields): ~2.5 kB of JSON."""
+    app, ip, node = f"app-{i // per}", pod_ip(i), f"node-{i % 500}"
+    ready = [{"type": t, "status": "True", "lastTransitionTime": STAMP}
+             for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")]
+    container = {"name": "app", "image": "registry.test/app:1.2.3", "imagePullPolicy": "IfNotPresent",
+                 "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                 "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                         {"name": "LOG_LEVEL", "value": "info"}],
+                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                 "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 10},
+                 "volumeMounts": [{"name": "kube-api-access", "readOnly": True,
+                                   "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}
+    volume = {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}
+    tolerations = [{"key": f"node.kubernetes.io/{k}", "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": 300} for k in ("not-ready", "unreachable")]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": f"{app}-7d4b9c8f6-{i:05x}", "namespace": f"ns-{(i // per) % NAMESPACES}",
+        "labels": {"app": app, "pod-template-hash": "7d4b9c8f6"},
+        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-7d4b9c8f6",
+                             "uid": f"{i // per:08x}-0000-4000-8000-000000000000", "controller": True,
+                             "blockOwnerDeletion": True}]},
+        "spec": {"nodeName": node, "serviceAccountName": "default", "restartPolicy": "Always",
+                 "dnsPolicy": "ClusterFirst", "schedulerName": "default-scheduler", "containers": [container],
+                 "volumes": [volume], "tolerations": tolerations},
+        "status": {"phase": "Running", "qosClass": "Burstable", "hostIP": f"192.168.{i % 500 // 250}.{i % 250 + 1}",
+                   "podIP": ip, "podIPs": [{"ip": ip}], "startTime": STAMP, "conditions": ready,
+                   "containerStatuses": [{"name": "app", "ready": True, "started": True, "restartCount": 0,
+                                          "image": "registry.test/app:1.2.3",
+                                          "imageID": "registry.test/app@sha256:" + f"{i:064x}",
+                                          "containerID": "containerd://" + f"{i + 1:064x}",
+                                          "state": {"running": {"startedAt": STAMP}}}]}}
+
+
+def service_doc(s: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {
+        "name": f"svc-{s}", "namespace": f"ns-{s % NAMESPACES}", "labels": {"app": f"app-{s}"}},
+        "spec": {"selector": {"app": f"app-{s}"}, "type": "ClusterIP",
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}
+
+
+def slice_doc(s: int, per: int, pods: int) -> dict[str, Any]:
+    ns = f"ns-{s % NAMESPACES}"
+    endpoints = [{"addresses": [pod_ip(i)], "conditions": {"ready": True, "serving": True, "terminating": False},
+                  "nodeName": f"node-{i % 500}", "zone": f"zone-{i % 3}",
+                  "targetRef": {"kind": "Pod", "namespace": ns, "name": f"app-{s}-7d4b9c8f6-{i:05x}",
+                                "uid": f"{i:08x}-0000-4000-8000-000000000000"}}
+                 for i in range(s * per, min(pods, (s + 1) * per))]
+    return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": {
+        "name": f"svc-{s}-x7k2p", "namespace": ns,
+        "labels": {"kubernetes.io/service-name": f"svc-{s}",
+                   "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+        "addressType": "IPv4", "endpoints": endpoints,
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}
+
+
+def cluster_docs(services: int, pods: int) -> Iterator[dict[str, Any]]:
+    per = max(1, pods // max(1, services))
+    yield from ({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"ns-{n}"}} for n in range(NAMESPACES))
+    yield from (service_doc(s) for s in range(services))
+    yield from (slice_doc(s, per, pods) for s in range(services))
+    yield from (pod_doc(i, per) for i in range(pods))
+
+
+class ApiServerThread:
+    """The test API server on its own event loop in a thread of this process, seeded with a cluster."""
+
+    def __init__(self, services: int, pods: int) -> None:
+        from netkit.testing.apiserver import TestApiServer
+        from netkit.testing.apistore import Store
+
+        class Quick(Store):  # the lists read objects that are never changed in place: no deep copies
+            def select(self, resource: Any, namespace: str, labels: str = "", fields: str = "") -> list[Any]:
+                assert not labels and not fields
+                return [o for (ns, _), o in sorted(self.objects[resource].items()) if not namespace or ns == namespace]
+
+        store = Quick()
+        for doc in cluster_docs(services, pods):
+            store.create(doc)
+        store.compact()  # drop the history of the seeding
+        self.server = TestApiServer(store=store)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="apiserver", daemon=True)
+        self.thread.start()
+        self.run(self.server.start())
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    async def force_relist(self, docs: list[dict[str, Any]]) -> None:
+        """Down, `docs` created meanwhile, history compacted, up: every watch resumes into 410 Gone."""
+        await self.server.stop()
+        for doc in docs:
+            self.server.store.create(doc)
+        self.server.compact()
+        await self.server.start()
+
+    def close(self) -> None:
+        self.run(self.server.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def ask(sock: socket.socket, port: int, name: str, timeout: float = 1.0) -> int | None:
+    """The rcode of an A query for `name`, or None when no answer came within `timeout`."""
+    qid = os.urandom(2)
+    sock.settimeout(timeout)
+    sock.sendto(qid + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+                + b"".join(bytes([len(x)]) + x.encode() for x in name.split(".")) + b"\x00\x00\x01\x00\x01",
+                ("127.0.0.1", port))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            reply = sock.recv(4096)
+        except OSError:
+            return None
+        if reply[:2] == qid:
+            return reply[3] & 0x0F
+    return None
+
+
+def peak_mib(pid: int) -> tuple[float, float]:
+    """(VmHWM, VmRSS) in MiB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return tuple(int(re.search(rf"{k}:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+                 for k in ("VmHWM", "VmRSS"))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class RelistResult:
+    first_answer: float  # seconds from the start of the process
+    first_peak: float  # MiB
+    first_rss: float
+    relist_peak: float
+    relist_rss: float
+    relist_seconds: float  # from the API server's return to the new objects answered
+    failed: int  # answers for existing names other than NOERROR during the relist
+    unanswered: int  # queries for existing names without an answer within 1 s during the relist
+    asked: int
+
+
+def await_answer(port: int, name: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"netkit dns exited with {proc.returncode}")
+            if ask(sock, port, name, 0.5) == 0:
+                return
+            time.sleep(0.05)
+    raise RuntimeError(f"no answer for {name} within {timeout:.0f}s")
+
+
+def during_relist(port: int, names_: list[str], markers: list[str], timeout: float) -> tuple[int, int, int]:
+    """Ask for `names_` (which exist throughout) until every marker answers: (failed, unanswered, asked)."""
+    failed = unanswered = asked = 0
+    deadline = time.monotonic() + timeout
+    waiting = list(markers)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        while waiting:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the relist did not bring {waiting} within {timeout:.0f}s")
+            for name in names_:
+                rcode = ask(sock, port, name)
+                asked += 1
+                unanswered += rcode is None
+                failed += rcode not in (None, 0)
+            waiting = [m for m in waiting if ask(sock, port, m, 0.5) != 0]
+            time.sleep(0.02)
+    return failed, unanswered, asked
+
+
+def relist_run(work: Path, args: argparse.Namespace) -> RelistResult:
+    api = ApiServerThread(args.relist_services, args.pods)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        kubeconfig = api.server.write_kubeconfig(work / "kubeconfig")
+        port = free_port()
+        started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "netkit", "dns", "--kubeconfig", str(kubeconfig),
+                                 "--pods", "verified", "--listen", f"127.0.0.1:{port}",
+                                 "--upstream", f"127.0.0.1:{free_port()}", "--upstream-timeout", "0.5",
+                                 "--metrics-listen", f"127.0.0.1:{free_port()}", "--health-listen", "",
+                                 "--ready-listen", "", "--loop", args.loop], cwd=ROOT, stderr=subprocess.DEVNULL)
+        last = args.relist_services - 1
+        service = f"svc-{last}.ns-{last % NAMESPACES}.svc.{ZONE}"
+        per = max(1, args.pods // max(1, args.relist_services))
+        pod = f"{pod_ip(args.pods - 1).replace('.', '-')}.ns-{(args.pods - 1) // per % NAMESPACES}.pod.{ZONE}"
+        await_answer(port, service, proc, 900)
+        first_answer = time.monotonic() - started
+        await_answer(port, pod, proc, 60)
+        time.sleep(2)  # the view built after the first answer, the garbage collected
+        first_peak, first_rss = peak_mib(proc.pid)
+        marker_pod = pod_doc(args.pods + 7, 1)
+        marker_pod["metadata"].update(name="relist-marker", namespace="ns-0")
+        marker_svc = service_doc(args.relist_services)
+        marker_svc["metadata"].update(name="relist-marker", namespace="ns-0")
+        markers = [f"relist-marker.ns-0.svc.{ZONE}", f"{pod_ip(args.pods + 7).replace('.', '-')}.ns-0.pod.{ZONE}"]
+        relist_started = time.monotonic()
+        api.run(api.force_relist([marker_pod, marker_svc]))
+        failed, unanswered, asked = during_relist(port, [service, pod], markers, 900)
+        relist_seconds = time.monotonic() - relist_started
+        time.sleep(2)
+        relist_peak, relist_rss = peak_mib(proc.pid)
+        return RelistResult(first_answer, first_peak, first_rss, relist_peak, relist_rss, relist_seconds,
+                            failed, unanswered, asked)
+    finally:
+        if proc is not None:
+            stop(proc)
+        api.close()
+
+
+def relist_main(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="netkit-bench-dns-") as tmp:
+        r = relist_run(Path(tmp), args)
+    target = f"≤ {RELIST_TARGET_MIB} MiB"
+    print(f"first answer {r.first_answer:.1f} s after start; peak RSS after the first list {r.first_peak:.0f} MiB "
+          f"(now {r.first_rss:.0f}), after a forced relist {r.relist_peak:.0f} MiB (now {r.relist_rss:.0f}; "
+          f"relist answered in {r.relist_seconds:.1f} s); during the relist {r.failed} of {r.asked} answers for "
+          f"existing names failed, {r.unanswered} unanswered within 1 s (target {target}: "
+          f"{'met' if max(r.first_peak, r.relist_peak) <= RELIST_TARGET_MIB else 'NOT met'})")
+    figures = [results.Figure("time to the first answer", r.first_answer, "s"),
+               results.Figure("peak RSS after the first list", r.first_peak, "MiB", target=target),
+               results.Figure("peak RSS after a forced relist (410 Gone)", r.relist_peak, "MiB", target=target),
+               results.Figure("RSS serving, after the relist", r.relist_rss, "MiB"),
+               results.Figure("answers for existing names other than NOERROR during the relist", r.failed, "",
+                              target="0"),
+               results.Figure("queries unanswered within 1 s during the relist", r.unanswered, "")]
+    results.write(args.json, __file__, f"`netkit dns --kubeconfig … --pods verified` against the test API server "
+                  f"with {args.relist_services:,} Services, {args.relist_services:,} EndpointSlices and "
+                  f"{args.pods:,} Pods (about 2.5 kB of JSON each, as a Deployment's); one run, no baseline", figures)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=int, default=5)
@@ -271,7 +533,13 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3,
                    help="repeat both servers' loads this many times and report medians (a shared 2-core "
                         "machine swings ±15%% between single runs)")
+    p.add_argument("--relist", action="store_true",
+                   help="measure a large cluster's first list and relist from the test API server instead")
+    p.add_argument("--relist-services", type=int, default=10000, help="Services and EndpointSlices (--relist)")
+    p.add_argument("--pods", type=int, default=50000, help="Pods (--relist)")
     args = results.parse_args(p)
+    if args.relist:
+        return relist_main(args)
     for tool in ("dnsperf", "taskset"):
         if shutil.which(tool) is None:
             sys.exit(f"bench/dns.py needs {tool} (Debian package {'dnsperf' if tool == 'dnsperf' else 'util-linux'})")
