@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import yaml
@@ -45,12 +45,14 @@ from netkit.errors import NetkitError
 from netkit.model.types import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
 from netkit.sources.reflector import (
     ApiUnavailable,
+    Decoder,
     KubeListWatch,
     ListCall,
     Reflector,
     ReflectorEvent,
     ReflectorOptions,
     Synced,
+    decode_api,
 )
 from netkit.sources.store import Store
 
@@ -265,15 +267,26 @@ async def serves_endpoint_slices(api: kclient.ApiClient, timeout: float) -> bool
 # --- the source ----------------------------------------------------------------------------------
 
 
+class StoreSink(Protocol):
+    """What a KubeSource feeds: the general `Store`, or cluster DNS's (netkit.dns.store)."""
+
+    def expect(self, source: str) -> None: ...
+
+    def mark_synced(self, source: str) -> None: ...
+
+    def apply(self, event: ReflectorEvent) -> None: ...
+
+
 class KubeSource:
     """Feeds `store` from the API server until cancelled. Construct, then `await run()`."""
 
     name = "kubernetes"
 
-    def __init__(self, settings: ApiSettings, store: Store, *, node_name: str = "", pods: bool = False,
+    def __init__(self, settings: ApiSettings, store: Store | StoreSink, *, node_name: str = "", pods: bool = False,
                  dns: bool = False, options: ReflectorOptions | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, decode: Decoder = decode_api) -> None:
         self.settings, self.store, self.node_name, self.pods, self.dns = settings, store, node_name, pods, dns
+        self.decode = decode  # what the reflectors make of each object (cluster DNS: netkit.dns.decode)
         self.options = options or ReflectorOptions()
         self.reflectors: list[Reflector] = []
         self.endpoint_slices: bool | None = None  # decided by discovery in run()
@@ -292,7 +305,7 @@ class KubeSource:
             self.reflectors = [
                 Reflector(s.resource, KubeListWatch(list_call(api, s, limiter), s.kind, label_selector=s.label_selector,
                                                     field_selector=s.field_selector),
-                          self._deliver, self.options, rng=self._rng)
+                          self._deliver, self.options, rng=self._rng, decode=self.decode)
                 for s in plan]
             async with asyncio.TaskGroup() as tg:
                 for r in self.reflectors:

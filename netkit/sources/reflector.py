@@ -17,9 +17,12 @@ Theory of operation (client-go's reflector, on asyncio):
    (client-go: 0.8 s doubling to 30 s) and resumes from the tracked version. **410 Gone** (an HTTP 410
    or an ERROR event with code 410) forgets the version and relists, which emits DELETED for whatever
    vanished while the reflector could not see.
-5. Every object goes through `netkit.model.from_k8s`. An invalid one is delivered as an `Invalid`
-   event carrying the Problem and is left out; if an earlier version of the object was good, that
-   version stays in force. Nothing a client sends can crash the reflector.
+5. Every object goes through `netkit.model.from_k8s` (or the decoder the reflector is given: cluster
+   DNS keeps only the fields its answers read, netkit.dns.decode). An object equal to the cached one
+   is kept as the cached one, key included, so a relist holds one copy of every unchanged object.
+   An invalid one is delivered as an `Invalid` event carrying the Problem and is left out; if an
+   earlier version of the object was good, that version stays in force. Nothing a client sends can
+   crash the reflector.
 
 The socket read timeout (per line) is longer than the watch timeout, so a silently dead TCP connection
 is noticed without cutting a healthy, quiet stream; the library's own retries are not used.
@@ -37,7 +40,7 @@ import enum
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -91,6 +94,12 @@ class Synced:
 
 ReflectorEvent = Update | Invalid | Synced
 Sink = Callable[[ReflectorEvent], None]
+Decoder = Callable[[JSON], Sequence[KubeObject]]  # raises InvalidObject
+
+
+def decode_api(obj: JSON) -> list[KubeObject]:
+    """The decoder reflectors use unless given another: `netkit.model.from_k8s`."""
+    return from_k8s(obj, "api")
 
 
 # --- transport -----------------------------------------------------------------------------------
@@ -251,8 +260,9 @@ class Reflector:
     """Lists and watches one resource for as long as `run()` runs, delivering events to `sink`."""
 
     def __init__(self, resource: str, lw: ListWatch, sink: Sink, options: ReflectorOptions | None = None,
-                 *, rng: random.Random | None = None) -> None:
+                 *, rng: random.Random | None = None, decode: Decoder = decode_api) -> None:
         self.resource = resource
+        self._decode_object = decode
         self.options = options or ReflectorOptions()
         self.stats = ReflectorStats()
         self.resource_version: str | None = None
@@ -347,21 +357,35 @@ class Reflector:
         kind = self._lw.kind
         for item in items:
             key, objects = self._decode({**item, "kind": kind}, invalid.append)
-            if key is not None and objects is not None:
-                fresh[key] = objects
-            elif key is not None and key in self._cache.objects:
-                fresh[key] = self._cache.objects[key]  # invalid now: the last good version stays
+            if key is None:
+                continue
+            old = self._cache.objects.get(key)
+            if objects is not None:
+                fresh[key] = old if old == objects else objects  # unchanged: the cached one, one copy
+            elif old is not None:
+                fresh[key] = old  # invalid now: the last good version stays
 
     def _replace(self, fresh: dict[ObjectRef, tuple[KubeObject, ...]]) -> None:
+        """Deliver what the list changed. An object still listed keeps the key it had (a sink keeps the
+        keys it was given, so the new list's equal keys would otherwise be held twice)."""
         old = self._cache.objects
-        for key in old.keys() - fresh.keys():
-            self._sink(Update(self.resource, key, EventType.DELETED, old[key]))
+        kept: dict[ObjectRef, tuple[KubeObject, ...]] = {}
+        changed: list[ObjectRef] = []
+        for key, objects in old.items():
+            now = fresh.get(key)
+            if now is None:
+                self._sink(Update(self.resource, key, EventType.DELETED, objects))
+                continue
+            kept[key] = now
+            if now is not objects:  # equal objects are the cached ones (`_decode_page`)
+                changed.append(key)
+        for key in changed:
+            self._sink(Update(self.resource, key, EventType.MODIFIED, kept[key]))
         for key, objects in fresh.items():
             if key not in old:
+                kept[key] = objects
                 self._sink(Update(self.resource, key, EventType.ADDED, objects))
-            elif old[key] != objects:
-                self._sink(Update(self.resource, key, EventType.MODIFIED, objects))
-        self._cache.objects = fresh
+        self._cache.objects = kept
 
     # watch
 
@@ -423,7 +447,7 @@ class Reflector:
         by default delivered)."""
         key = _key(obj)
         try:
-            return key, tuple(from_k8s(obj, "api"))
+            return key, tuple(self._decode_object(obj))
         except InvalidObject as exc:
             log.warning("%s: invalid object left out: %s", self.resource, exc.problem)
             (invalid or self._sink)(Invalid(self.resource, key or ObjectRef("", "?"), exc.problem))
