@@ -358,15 +358,22 @@ class ApiServerThread:
         from netkit.testing.apiserver import TestApiServer
         from netkit.testing.apistore import Store
 
-        class Quick(Store):  # the lists read objects that are never changed in place: no deep copies
+        class Quick(Store):  # objects are never changed in place here: no deep copies, no history
             def select(self, resource: Any, namespace: str, labels: str = "", fields: str = "") -> list[Any]:
                 assert not labels and not fields
                 return [o for (ns, _), o in sorted(self.objects[resource].items()) if not namespace or ns == namespace]
 
+            def seed(self, doc: dict[str, Any]) -> None:
+                resource, key = self._identify(doc)
+                doc["metadata"].update(uid=f"{self.rv:08x}-0000-4000-8000-000000000000", creationTimestamp=STAMP,
+                                       resourceVersion=str(self.rv + 1))
+                self.rv += 1
+                self.objects[resource][key] = self._admit(doc, None) if doc["kind"] == "Service" else doc
+
         store = Quick()
         for doc in cluster_docs(services, pods):
-            store.create(doc)
-        store.compact()  # drop the history of the seeding
+            store.seed(doc)
+        store.compact()
         self.server = TestApiServer(store=store)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="apiserver", daemon=True)

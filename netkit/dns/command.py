@@ -40,10 +40,12 @@ from netkit.dns.endpoints import health_app, metrics_app, parse_http_address, re
 from netkit.dns.engine import Engine
 from netkit.dns.hosts import HostsOptions, HostsTable
 from netkit.dns.hosts import parse as hosts_parse
+from netkit.dns.memory import limit_arenas, trim
 from netkit.dns.metrics import DnsMetrics
 from netkit.dns.names import Name, name_from_text, name_to_text
 from netkit.dns.scope import scoped
 from netkit.dns.server import DnsServer
+from netkit.dns.store import ClusterStore
 from netkit.dns.upstream import (
     DEFAULT_TIMEOUT,
     HEALTH_CHECK,
@@ -150,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     if "-" in config.files:
         raise NetkitError("netkit dns reads files it can watch; '-' (stdin) is not supported")
     _http_addresses(config)  # a bad address is an error before anything starts
+    limit_arenas()
     with asyncio.Runner(loop_factory=_loop_factory(config.loop)) as runner:
         return runner.run(_serve(config, flags))
 
@@ -227,15 +230,19 @@ class _Source:
 
     def __init__(self, config: DnsConfig) -> None:
         self.key = _source_key(config)
-        self.store = Store()
         self.synced = False
+        self.store: Store | ClusterStore
         if config.files:
             from netkit.sources.files import FileSource
+            self.store = Store()
             source: Any = FileSource(list(config.files), self.store)
         else:
+            from netkit.dns.decode import decode, decode_unlabelled
             from netkit.sources.kube import ApiSettings, KubeSource  # the kubernetes client: only when used
+            self.store = ClusterStore()  # the reflectors' objects, reduced to what answers read
             source = KubeSource(ApiSettings(config.kubeconfig, config.master, config.context), self.store,
-                                pods=config.pods == PodMode.VERIFIED.value, dns=True)
+                                pods=config.pods == PodMode.VERIFIED.value, dns=True,
+                                decode=decode if config.labels else decode_unlabelled)
         self.feed: asyncio.Task[None] = asyncio.create_task(source.run(), name="source")
 
     async def first_sync(self, stop: asyncio.Event) -> bool:
@@ -255,7 +262,8 @@ class _Source:
 
 
 def _source_key(config: DnsConfig) -> tuple[Any, ...]:
-    return (config.files, config.kubeconfig, config.master, config.context, config.pods == PodMode.VERIFIED.value)
+    return (config.files, config.kubeconfig, config.master, config.context, config.pods == PodMode.VERIFIED.value,
+            bool(config.labels))  # the objects keep their labels only for the `labels` option
 
 
 async def _serve(config: DnsConfig, flags: DnsConfig) -> int:
@@ -379,12 +387,13 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
         await server.close()
 
 
-async def _install(server: DnsServer, store: Store, config: DnsConfig) -> View:
+async def _install(server: DnsServer, store: Store | ClusterStore, config: DnsConfig) -> View:
     """Build the view from the store's snapshot on a worker thread (the loop keeps answering), then
     swap it in."""
     store.take_changes()
     view = await asyncio.to_thread(_build, store.objects(), config)
     server.set_view(view)
+    trim()  # the view replaced and the lists' pages are garbage now: give their pages back
     return view
 
 
@@ -454,7 +463,7 @@ async def _watch(config: DnsConfig, flags: DnsConfig, reloads: asyncio.Queue[Dns
         return
 
 
-def _report(store: Store) -> None:
+def _report(store: Store | ClusterStore) -> None:
     """Say each invalid object once, not again on every change of the cluster."""
     for problem in map(str, store.problems.values()):
         if problem not in _REPORTED:

@@ -1,0 +1,108 @@
+"""The objects cluster DNS answers from: what the API's reflectors deliver, one reference per object.
+
+Theory of operation. The reflectors (netkit.sources.reflector, fed by `KubeSource`) already keep each
+resource's objects, keyed by namespace/name, for their own diffing; this store keeps the same tuples
+(one dict entry per API object, the reflector's key and tuple shared) rather than the general store's
+per-object holders, pending changes and sorted indexes (netkit.sources.store): cluster DNS rebuilds
+its whole view on a change, so it needs to know *that* something changed, never *what*.
+
+A relist does not pass through an empty store: the reflector lists every page into a new dict while
+this store still holds the old objects, and only when the list is complete does it deliver what
+vanished, appeared or changed (an object equal to the one before is the one before). So the old
+objects answer until the new list is complete — as client-go's `Replace` into CoreDNS's indexer —
+and no name is NXDOMAIN for the length of a relist.
+
+`objects()` is the snapshot the view is built from, each kind in namespace/name order, cached until
+the next change. The store is plain data plus two asyncio.Events; it does no IO and never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TypeVar
+
+from netkit.errors import Problem
+from netkit.model.types import EndpointSlice, KubeObject, Namespace, ObjectRef, Objects, Pod, Service
+from netkit.sources.reflector import EventType, Invalid, ReflectorEvent, Update
+
+T = TypeVar("T")
+Key = tuple[str, ObjectRef]  # (resource, namespace/name of the API object)
+
+
+class ClusterStore:
+    """A reflector sink (`apply`) with the consumer side `netkit dns` reads (`objects`, `changed`)."""
+
+    def __init__(self) -> None:
+        self._resources: dict[str, dict[ObjectRef, tuple[KubeObject, ...]]] = {}
+        self._problems: dict[Key, Problem] = {}
+        self._expected: set[str] = set()
+        self._synced: set[str] = set()
+        self._snapshot: Objects | None = None
+        self._changed = asyncio.Event()
+        self._all_synced = asyncio.Event()
+
+    # sources' side
+
+    def expect(self, source: str) -> None:
+        self._expected.add(source)
+        self._all_synced.clear()
+
+    def mark_synced(self, source: str) -> None:
+        self._synced.add(source)
+        if self.all_synced:
+            self._all_synced.set()
+
+    def apply(self, event: ReflectorEvent) -> None:
+        if isinstance(event, Update):
+            objects = self._resources.setdefault(event.resource, {})
+            if event.type is EventType.DELETED:
+                if objects.pop(event.key, None) is None:
+                    return
+            else:
+                objects[event.key] = event.objects
+            self._problems.pop((event.resource, event.key), None)
+            self._snapshot = None
+            self._changed.set()
+        elif isinstance(event, Invalid):
+            self._problems[(event.resource, event.key)] = event.problem
+
+    # consumer's side
+
+    @property
+    def all_synced(self) -> bool:
+        return bool(self._expected) and self._expected <= self._synced
+
+    async def wait_synced(self) -> None:
+        await self._all_synced.wait()
+
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set from a change until `take_changes()`."""
+        return self._changed
+
+    def take_changes(self) -> None:
+        self._changed.clear()
+
+    @property
+    def problems(self) -> Mapping[Key, Problem]:
+        return dict(self._problems)
+
+    def __len__(self) -> int:
+        return sum(len(objs) for objs in self._resources.values())
+
+    def objects(self) -> Objects:
+        if self._snapshot is None:
+            found: list[KubeObject] = [o for resource in self._resources.values()
+                                       for _, objs in sorted(resource.items(), key=_order) for o in objs]
+            self._snapshot = Objects(services=_only(found, Service), slices=_only(found, EndpointSlice),
+                                     pods=_only(found, Pod), namespaces=_only(found, Namespace))
+        return self._snapshot
+
+
+def _order(item: tuple[ObjectRef, object]) -> tuple[str, str]:
+    return item[0].namespace, item[0].name
+
+
+def _only(found: list[KubeObject], kind: type[T]) -> tuple[T, ...]:
+    return tuple(o for o in found if isinstance(o, kind))
