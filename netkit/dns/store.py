@@ -25,33 +25,22 @@ from typing import TypeVar
 from netkit.errors import Problem
 from netkit.model.types import EndpointSlice, KubeObject, Namespace, ObjectRef, Objects, Pod, Service
 from netkit.sources.reflector import EventType, Invalid, ReflectorEvent, Update
+from netkit.sources.store import SyncState
 
 T = TypeVar("T")
 Key = tuple[str, ObjectRef]  # (resource, namespace/name of the API object)
 
 
-class ClusterStore:
-    """A reflector sink (`apply`) with the consumer side `netkit dns` reads (`objects`, `changed`)."""
+class ClusterStore(SyncState):
+    """A reflector sink (`apply`) with the consumer side `netkit dns` reads (`objects`, `changed`);
+    `expect`, `mark_synced`, `all_synced` and `wait_synced` as the general store's."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._resources: dict[str, dict[ObjectRef, tuple[KubeObject, ...]]] = {}
         self._problems: dict[Key, Problem] = {}
-        self._expected: set[str] = set()
-        self._synced: set[str] = set()
         self._snapshot: Objects | None = None
         self._changed = asyncio.Event()
-        self._all_synced = asyncio.Event()
-
-    # sources' side
-
-    def expect(self, source: str) -> None:
-        self._expected.add(source)
-        self._all_synced.clear()
-
-    def mark_synced(self, source: str) -> None:
-        self._synced.add(source)
-        if self.all_synced:
-            self._all_synced.set()
 
     def apply(self, event: ReflectorEvent) -> None:
         if isinstance(event, Update):
@@ -66,15 +55,6 @@ class ClusterStore:
             self._changed.set()
         elif isinstance(event, Invalid):
             self._problems[(event.resource, event.key)] = event.problem
-
-    # consumer's side
-
-    @property
-    def all_synced(self) -> bool:
-        return bool(self._expected) and self._expected <= self._synced
-
-    async def wait_synced(self) -> None:
-        await self._all_synced.wait()
 
     @property
     def changed(self) -> asyncio.Event:

@@ -73,25 +73,13 @@ class Source(Protocol):
     async def run(self) -> None: ...
 
 
-class Store:
+class SyncState:
+    """Which sources a store waits for, and whether each has delivered its first complete list."""
+
     def __init__(self) -> None:
-        self._holders: dict[ObjectKey, dict[Origin, KubeObject]] = {}
-        self._by_origin: dict[Origin, tuple[ObjectKey, ...]] = {}
-        self._pending: dict[ObjectKey, Change] = {}
-        self._problems: dict[Origin, Problem] = {}
         self._expected: set[str] = set()
         self._synced: set[str] = set()
-        # keyed by plain (namespace, name) tuples: hashed and compared in C, unlike ObjectRef
-        # Per kind, the (namespace, name) keys in order and the objects in force in the same order:
-        # a snapshot's tuple is then one C copy, patched in place by a change (not rebuilt by key).
-        self._order: dict[str, list[tuple[str, str]]] = {k: [] for k in _KINDS}
-        self._in_force: dict[str, list[KubeObject]] = {k: [] for k in _KINDS}
-        self._tuples: dict[str, tuple[KubeObject, ...]] = {}
-        self._snapshot: Objects | None = None
-        self._changed = asyncio.Event()
         self._all_synced = asyncio.Event()
-
-    # sources' side
 
     def expect(self, source: str) -> None:
         self._expected.add(source)
@@ -101,6 +89,32 @@ class Store:
         self._synced.add(source)
         if self.all_synced:
             self._all_synced.set()
+
+    @property
+    def all_synced(self) -> bool:
+        return bool(self._expected) and self._expected <= self._synced
+
+    async def wait_synced(self) -> None:
+        await self._all_synced.wait()
+
+
+class Store(SyncState):
+    def __init__(self) -> None:
+        super().__init__()
+        self._holders: dict[ObjectKey, dict[Origin, KubeObject]] = {}
+        self._by_origin: dict[Origin, tuple[ObjectKey, ...]] = {}
+        self._pending: dict[ObjectKey, Change] = {}
+        self._problems: dict[Origin, Problem] = {}
+        # keyed by plain (namespace, name) tuples: hashed and compared in C, unlike ObjectRef
+        # Per kind, the (namespace, name) keys in order and the objects in force in the same order:
+        # a snapshot's tuple is then one C copy, patched in place by a change (not rebuilt by key).
+        self._order: dict[str, list[tuple[str, str]]] = {k: [] for k in _KINDS}
+        self._in_force: dict[str, list[KubeObject]] = {k: [] for k in _KINDS}
+        self._tuples: dict[str, tuple[KubeObject, ...]] = {}
+        self._snapshot: Objects | None = None
+        self._changed = asyncio.Event()
+
+    # sources' side
 
     def put(self, origin: Origin, objects: Iterable[KubeObject]) -> None:
         """Replace what `origin` holds with `objects` (an empty iterable removes it)."""
@@ -132,13 +146,6 @@ class Store:
         # Synced: the source that owns the reflector decides when it has synced as a whole.
 
     # consumer's side
-
-    @property
-    def all_synced(self) -> bool:
-        return bool(self._expected) and self._expected <= self._synced
-
-    async def wait_synced(self) -> None:
-        await self._all_synced.wait()
 
     def objects(self) -> Objects:
         """The current snapshot, each kind in namespace/name order (cached until the next change)."""
