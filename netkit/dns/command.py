@@ -334,9 +334,9 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
     tasks: list[asyncio.Task[Any]] = []
     if config.hosts is not None:
         stamp, table = _read_hosts(config.hosts, None)
-        server.engine.set_hosts(config.hosts, table or hosts_parse("", config.hosts))
+        _use_hosts(server.engine, metrics, config.hosts, stamp, table or hosts_parse("", config.hosts))
         if config.hosts.reload > 0:
-            tasks.append(asyncio.create_task(_reload_hosts(server.engine, config.hosts, stamp)))
+            tasks.append(asyncio.create_task(_reload_hosts(server.engine, metrics, config.hosts, stamp)))
     draining = asyncio.Event()
     try:
         apps: dict[str, Callable[[], web.Application]] = {
@@ -486,12 +486,20 @@ def _read_hosts(options: HostsOptions, stamp: tuple[int, int] | None) -> tuple[t
         return (-1, -1), hosts_parse("", options)
 
 
-async def _reload_hosts(engine: Engine, options: HostsOptions, stamp: tuple[int, int]) -> None:
+async def _reload_hosts(engine: Engine, metrics: DnsMetrics, options: HostsOptions, stamp: tuple[int, int]) -> None:
     while True:
         await asyncio.sleep(options.reload)
         stamp, table = await asyncio.to_thread(_read_hosts, options, stamp)
         if table is not None:
-            engine.set_hosts(options, table)
+            _use_hosts(engine, metrics, options, stamp, table)
+
+
+def _use_hosts(engine: Engine, metrics: DnsMetrics, options: HostsOptions, stamp: tuple[int, int],
+               table: HostsTable) -> None:
+    """Serve `table`; CoreDNS's hosts gauges: its entries (addresses per name, file and inline), and
+    the file's modification time (0 while it could not be read)."""
+    engine.set_hosts(options, table)
+    metrics.hosts = (sum(map(len, table.by_name.values())), max(0, stamp[0]) / 1e9)
 
 
 async def _check_loops(server: DnsServer) -> None:

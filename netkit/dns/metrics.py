@@ -95,6 +95,8 @@ COREDNS_METRICS: tuple[Spec, ...] = (
          "Counter of connection cache hits per upstream and protocol."),
     Spec("coredns_proxy_conn_cache_misses_total", "counter", ("proxy_name", "to", "proto"),
          "Counter of connection cache misses per upstream and protocol."),
+    Spec("coredns_hosts_entries", "gauge", (), "The combined number of entries in hosts and Corefile."),
+    Spec("coredns_hosts_reload_timestamp_seconds", "gauge", (), "The timestamp of the last reload of hosts file."),
     Spec("coredns_reload_failed_total", "counter", (), "Counter of the number of failed reload attempts."),
     Spec("coredns_reload_version_info", "gauge", ("hash", "value"),
          "A metric with a constant '1' value labeled by hash, and value which type of hash generated."),
@@ -187,6 +189,7 @@ class DnsMetrics:
         self.reload_failed = 0
         self.reload_digest = ""  # the SHA-512 of the Corefile running, with `reload`
         self.autopath = 0  # answers autopath found further down the search path
+        self.hosts: tuple[int, float] | None = None  # with the hosts plugin: (entries, the file's mtime)
 
     def kind(self, kind: Kind) -> int:
         n = self._numbers.get(kind)
@@ -231,7 +234,17 @@ class DnsMetrics:
         m = self._family("coredns_autopath_success_total")
         m.add_metric([self.server], self.autopath)
         yield m
+        yield from self._hosts()
         yield from self._forward()
+
+    def _hosts(self) -> Iterator[Metric]:
+        if self.hosts is None:
+            return
+        for name, value in zip(("coredns_hosts_entries", "coredns_hosts_reload_timestamp_seconds"), self.hosts,
+                               strict=True):
+            m = self._family(name)
+            m.add_metric([], value)
+            yield m
 
     def _family(self, name: str) -> Any:  # a Counter/Gauge/HistogramMetricFamily
         spec = SPECS[name]

@@ -41,6 +41,8 @@ COREDNS = {
     "coredns_proxy_healthcheck_failures_total": ("counter", {"proxy_name", "to"}),
     "coredns_proxy_conn_cache_hits_total": ("counter", {"proxy_name", "to", "proto"}),
     "coredns_proxy_conn_cache_misses_total": ("counter", {"proxy_name", "to", "proto"}),
+    "coredns_hosts_entries": ("gauge", set()),  # plugin/hosts/metrics.go
+    "coredns_hosts_reload_timestamp_seconds": ("gauge", set()),
     "coredns_reload_failed_total": ("counter", set()),  # plugin/reload/metrics.go
     "coredns_reload_version_info": ("gauge", {"hash", "value"}),
 }
@@ -59,6 +61,7 @@ def test_the_scrape_serves_every_family_with_its_labels() -> None:
     m.answered(m.kind(Kind("tcp", 1, "AAAA", "NXDOMAIN", "kubernetes", "miss", True, 50, 100)), 0.003)
     m.proxy.exchanged("10.0.0.1:53", "udp", "NOERROR", 0.01)
     m.proxy.healthcheck_failed("10.0.0.1:53")
+    m.hosts = (3, 1700000000.5)
     reg = CollectorRegistry(auto_describe=False)
     reg.register(m)  # type: ignore[arg-type]
     families = {f.name: f for f in text_string_to_metric_families(generate_latest(reg).decode())}
@@ -70,6 +73,8 @@ def test_the_scrape_serves_every_family_with_its_labels() -> None:
     key = ("coredns_dns_requests_total",
            (("family", "1"), ("proto", "udp"), ("server", "dns://:53"), ("type", "A"), ("view", ""), ("zone", ".")))
     assert samples[key] == 3
+    assert samples[("coredns_hosts_entries", ())] == 3
+    assert samples[("coredns_hosts_reload_timestamp_seconds", ())] == 1700000000.5
     buckets = sorted(float(s.labels["le"]) for s in families["coredns_dns_request_duration_seconds"].samples
                      if s.name.endswith("_bucket") and s.labels["type"] == "A")
     assert buckets[:-1] == TIME_BUCKETS_COREDNS
@@ -185,3 +190,19 @@ def test_the_number_of_kinds_stays_bounded() -> None:
     for size in range(20_000):
         m.kind(Kind("udp", 1, "A", "NXDOMAIN", "kubernetes", "miss", False, 12 + size % 500, 30 + size))
     assert len(m.kinds) < 4096 + 14 * 14
+
+
+def test_hosts_gauges_count_addresses_per_name_and_carry_the_files_mtime() -> None:
+    from netkit.dns.command import _use_hosts
+    from netkit.dns.engine import Engine
+    from netkit.dns.hosts import HostsOptions, parse
+    from netkit.dns.view import Options
+
+    m = DnsMetrics("dns://:53", plugins=("hosts",))
+    assert m.hosts is None  # no hosts plugin: no hosts gauges
+    options = HostsOptions(inline="10.0.0.3 c.example.org")
+    table = parse("10.0.0.1 a.example.org b.example.org\nfd00::1 a.example.org\n", options)
+    _use_hosts(Engine(Options()), m, options, (1_700_000_000_250_000_000, 64), table)
+    assert m.hosts == (4, pytest.approx(1700000000.25))  # a: 2 addresses, b: 1, c (inline): 1
+    _use_hosts(Engine(Options()), m, options, (-1, -1), parse("", options))
+    assert m.hosts == (1, 0.0)  # the file unread: the inline entry, no timestamp
