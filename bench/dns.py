@@ -28,6 +28,7 @@ complete). The target is kubeadm's CoreDNS memory limit, 170 MiB.
 
     .venv/bin/python bench/dns.py [--seconds 5] [--clients 4] [--loop auto|asyncio|uvloop]
     .venv/bin/python bench/dns.py --relist [--pods 50000] --json bench/results/dns-relist.json
+    .venv/bin/python bench/dns.py --where     # tracemalloc's largest sites in that cluster's store and view
 """
 
 from __future__ import annotations
@@ -506,6 +507,40 @@ def relist_run(work: Path, args: argparse.Namespace) -> RelistResult:
         api.close()
 
 
+def where_memory_goes(args: argparse.Namespace, top: int = 10) -> int:
+    """`--where`: the cluster of `--relist` decoded in this process as `netkit dns` decodes it, into its
+    store, then its view, with tracemalloc's largest allocation sites of each (no API server)."""
+    import tracemalloc
+
+    from netkit.dns.decode import decode_unlabelled
+    from netkit.dns.store import ClusterStore
+    from netkit.dns.view import Options, PodMode, build
+    from netkit.model.types import ObjectRef
+    from netkit.sources.reflector import EventType, Update
+
+    docs, plural = list(cluster_docs(args.relist_services, args.pods)), {"EndpointSlice": "endpointslices"}
+    for i, svc in enumerate(d for d in docs if d["kind"] == "Service"):  # as the API server allocates them
+        svc["spec"]["clusterIP"] = f"10.96.{i // 250}.{i % 250 + 1}"
+    tracemalloc.start()
+    store = ClusterStore()
+    for doc in docs:
+        key = ObjectRef(doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+        store.apply(Update(plural.get(doc["kind"], doc["kind"].lower() + "s"), key, EventType.ADDED,
+                           tuple(decode_unlabelled(doc))))
+    del docs, doc
+    stored = tracemalloc.take_snapshot()
+    view = build(store.objects(), Options(pods=PodMode.VERIFIED))
+    built = tracemalloc.take_snapshot()
+    sites = {"store": [(s.size, s.count, s.traceback[0]) for s in stored.statistics("lineno")],
+             "view": [(s.size_diff, s.count_diff, s.traceback[0]) for s in built.compare_to(stored, "lineno")]}
+    for what, found in sites.items():
+        print(f"{what}: {sum(size for size, _, _ in found) / 2**20:.1f} MiB in all; the largest sites:")
+        for size, count, frame in found[:top]:
+            print(f"  {size / 2**20:6.1f} MiB {count:8,} blocks  {Path(frame.filename).name}:{frame.lineno}")
+    assert view.services
+    return 0
+
+
 def relist_main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="netkit-bench-dns-") as tmp:
         r = relist_run(Path(tmp), args)
@@ -544,7 +579,11 @@ def main() -> int:
                    help="measure a large cluster's first list and relist from the test API server instead")
     p.add_argument("--relist-services", type=int, default=10000, help="Services and EndpointSlices (--relist)")
     p.add_argument("--pods", type=int, default=50000, help="Pods (--relist)")
+    p.add_argument("--where", action="store_true",
+                   help="show where the memory of --relist's cluster goes (tracemalloc, in this process)")
     args = results.parse_args(p)
+    if args.where:
+        return where_memory_goes(args)
     if args.relist:
         return relist_main(args)
     for tool in ("dnsperf", "taskset"):
