@@ -238,13 +238,15 @@ class DnsMetrics:
         yield from self._forward()
 
     def _hosts(self) -> Iterator[Metric]:
-        if self.hosts is None:
-            return
-        for name, value in zip(("coredns_hosts_entries", "coredns_hosts_reload_timestamp_seconds"), self.hosts,
-                               strict=True):
-            m = self._family(name)
-            m.add_metric([], value)
-            yield m
+        """As CoreDNS's: the entries only once a hosts file was read; the timestamp always (0 before)."""
+        entries, stamp = self.hosts or (None, 0.0)
+        m = self._family("coredns_hosts_entries")
+        if entries is not None:
+            m.add_metric([], entries)
+        yield m
+        m = self._family("coredns_hosts_reload_timestamp_seconds")
+        m.add_metric([], stamp)
+        yield m
 
     def _family(self, name: str) -> Any:  # a Counter/Gauge/HistogramMetricFamily
         spec = SPECS[name]

@@ -199,7 +199,11 @@ def test_hosts_gauges_count_addresses_per_name_and_carry_the_files_mtime() -> No
     from netkit.dns.view import Options
 
     m = DnsMetrics("dns://:53", plugins=("hosts",))
-    assert m.hosts is None  # no hosts plugin: no hosts gauges
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(m)  # type: ignore[arg-type]
+    before = {f.name: f.samples for f in text_string_to_metric_families(generate_latest(reg).decode())}
+    assert before["coredns_hosts_entries"] == []  # as CoreDNS: no entries before a hosts file is read,
+    assert [s.value for s in before["coredns_hosts_reload_timestamp_seconds"]] == [0.0]  # the timestamp 0
     options = HostsOptions(inline="10.0.0.3 c.example.org")
     table = parse("10.0.0.1 a.example.org b.example.org\nfd00::1 a.example.org\n", options)
     _use_hosts(Engine(Options()), m, options, (1_700_000_000_250_000_000, 64), table)
