@@ -10,6 +10,7 @@ the run left behind, and nothing of another run's.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import socket
@@ -207,15 +208,14 @@ ETC_NETNS = Path("/etc/netns")
 @pytest.fixture(scope="session")
 def writable_etc_netns() -> Iterator[None]:
     """/etc/netns writable for the lab cluster's pods' resolv.conf files: as it is on the host; in
-    the test VM, whose /etc is the host's, read-only, a tmpfs goes on it (the VM's own mount, gone
-    when it powers off)."""
-    if os.access(ETC_NETNS, os.W_OK):
-        yield
-        return
-    if not ETC_NETNS.is_dir():
-        pytest.skip("needs /etc/netns on the host root (the VM's /etc is read-only: a tmpfs goes on it)")
-    subprocess.run(["mount", "-t", "tmpfs", "netns", str(ETC_NETNS)], check=True)
-    try:
-        yield
-    finally:
-        subprocess.run(["umount", str(ETC_NETNS)], check=False)
+    the test VM, whose /etc is the host's, read-only, a tmpfs goes on it — once for every xdist
+    worker (under a lock), and never taken off: it is the VM's own mount, gone when it powers off,
+    and another worker's cluster may still use it when this worker ends."""
+    if not os.access(ETC_NETNS, os.W_OK):
+        if not ETC_NETNS.is_dir() or os.environ.get("NETKIT_IN_VM") != "1":
+            pytest.skip("needs a writable /etc/netns (in the test VM, whose /etc is read-only, a tmpfs goes on it)")
+        with open("/tmp/netkit-etc-netns.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.access(ETC_NETNS, os.W_OK):
+                subprocess.run(["mount", "-t", "tmpfs", "netns", str(ETC_NETNS)], check=True)
+    yield

@@ -3,8 +3,7 @@
 tests run there only, "—" in the other columns).
 
     NETKIT_E2E_RESULTS=tests/e2e/results.json pytest -n 2 tests/e2e   # as root
-    vm-images/run -- env NETKIT_E2E_RESULTS=tests/e2e/results-ipvs.json \
-        .venv/bin/python -m pytest tests/e2e                          # the IPVS subset, in the test VM
+    NETKIT_E2E_RESULTS=tests/e2e/results-ipvs.json vm-images/run-tests  # the VM part, IPVS subset included
     python -m tests.e2e.table                                         # rewrites docs/e2e.md's table
 
 The table goes between the page's two markers; the upstream tests not yet translated, and those the

@@ -14,10 +14,14 @@ from tests.vm.ipvslab import Lab
 HERE = Path(__file__).parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each file one xdist group (vm-images/run-tests runs `--dist loadgroup`): a file's tests share
+    its lab or cluster, so one worker builds it."""
     for item in items:
         if Path(str(item.fspath)).is_relative_to(HERE):
             item.add_marker(pytest.mark.vm)
+            item.add_marker(pytest.mark.xdist_group(f"vm-{item.path.stem}"))
             if os.environ.get("NETKIT_IN_VM") != "1" or not Path("/proc/net/ip_vs").exists():
                 item.add_marker(pytest.mark.skip(reason="needs the IPVS test VM (vm-images/run-tests)"))
 
