@@ -25,6 +25,7 @@ from pathlib import Path
 from netkit.lab.cluster.nodehttp import get
 from netkit.lab.cluster.pod import Host, PodSpec, Probe, podman_run_argv
 from netkit.lab.errors import LabError
+from netkit.runtime import capabilities
 
 NETNS_DIR = "/run/netns"
 
@@ -82,9 +83,7 @@ PODMAN_NPROC = 32768  # the RLIMIT_NPROC podman (4.3) gives itself and so its co
 def ulimits() -> tuple[str, ...]:
     """None when this process may raise rlimits (podman's defaults work); else open files as this
     process has them and processes at most what podman keeps for itself."""
-    with open("/proc/self/status") as f:
-        eff = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
-    if eff >> CAP_SYS_RESOURCE & 1:
+    if capabilities.effective(Path("/proc/self/status").read_text()) >> CAP_SYS_RESOURCE & 1:
         return ()
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
     nproc = [min(v if v != resource.RLIM_INFINITY else PODMAN_NPROC, PODMAN_NPROC)
