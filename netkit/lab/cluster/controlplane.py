@@ -298,7 +298,7 @@ class ControlPlane:
             asyncio.ensure_future(self.mark_ready_when(name, pod, lambda: dns_ready(netns)))
             return
         families = tuple(socket.AF_INET6 if f == "IPv6" else socket.AF_INET for f in self.cluster.families)
-        echo = EchoPod(name, netns, PORTS, families)
+        echo = EchoPod(name, netns, PORTS, families, str((pod.get("spec") or {}).get("hostname") or ""))
         self.echo[name] = echo
         try:
             await echo.start()

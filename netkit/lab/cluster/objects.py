@@ -12,6 +12,8 @@ from typing import Any
 from netkit.lab.cluster.plan import (
     CLUSTER_DOMAIN,
     DNS_NAMESPACE,
+    NETEXEC_HTTP_PORT,
+    NETEXEC_UDP_PORT,
     PORTS,
     Cluster,
     Kind,
@@ -45,8 +47,10 @@ def container_ports(pod: Pod) -> list[JSON]:
         return [{"name": "dns", "containerPort": 53, "protocol": "UDP"},
                 {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"}]
     named = [{"name": "http", "containerPort": PORTS[0], "protocol": "TCP"}]
+    netexec_ports = [{"containerPort": NETEXEC_HTTP_PORT, "protocol": "TCP"},
+                     {"containerPort": NETEXEC_UDP_PORT, "protocol": "UDP"}]
     return named + [{"containerPort": p, "protocol": proto} for p in PORTS for proto in ("TCP", "UDP")
-                    if (p, proto) != (PORTS[0], "TCP")]
+                    if (p, proto) != (PORTS[0], "TCP")] + netexec_ports
 
 
 def pod_object(cluster: Cluster, pod: Pod, *, ready: bool = False, terminating: str = "") -> JSON:

@@ -58,6 +58,8 @@ DNS_SLOTS = (2, 9)
 APP_DEPLOY, DNS_DEPLOY = "web", "coredns"
 DNS_NAMESPACE = "kube-system"
 PORTS: tuple[int, ...] = DEFAULT_PORTS
+# agnhost netexec in every pod, on e2enetwork.EndpointHTTPPort and EndpointUDPPort
+NETEXEC_HTTP_PORT, NETEXEC_UDP_PORT = 8083, 8081
 
 
 class Kind:
