@@ -1,10 +1,11 @@
 """Kubernetes' [sig-network] e2e tests translated one to one against `netkit lab cluster`.
 
 One cluster per mode (session scope: each xdist worker builds at most one per mode, and pytest
-runs every test of one mode before building the next) — iptables, nftables, and dual-stack (an
-iptables-mode cluster with both IP families, where the single-stack tests run unchanged on IPv4,
-the primary family, and the [Feature:IPv6DualStack] tests run only) — shared by every test: each test uses
-Services and deployments of its own names. `upstream("…")` names the upstream `ginkgo.It` test a
+runs every test of one mode before building the next) — iptables, nftables, and each of them dual
+stack (iptables-dual-stack, nftables-dual-stack: a cluster with both IP families, where the
+single-stack tests run unchanged on IPv4, the primary family, and the [Feature:IPv6DualStack] tests
+run only) — shared by every test: each test uses Services and deployments of its own names. One mode
+alone: `-k "nftables and not dual"`, `-k iptables-dual`. `upstream("…")` names the upstream `ginkgo.It` test a
 function translates (`DESCRIBE` in its module: the upstream `SIGDescribe`); the name is in every
 failure and, with `NETKIT_E2E_RESULTS=FILE`, in the JSON of outcomes `tests/e2e/table.py` renders
 into docs/e2e.md.
@@ -32,10 +33,11 @@ from tests.lab_cluster.conftest import UP_TIMEOUT, Kubectl, fresh, hit, in_pod, 
 
 HERE = Path(__file__).parent
 IN_VM = os.environ.get("NETKIT_IN_VM") == "1"  # the IPVS test VM (vm-images/run-tests): the ipvs subset
-MODES = ("ipvs",) if IN_VM else ("iptables", "nftables", "dual-stack")
-# a mode is netkit's proxy mode, or dual-stack: an iptables-mode cluster with both IP families
-PROXY_MODE = {"dual-stack": "iptables"}
-IP_FAMILY = {"dual-stack": "dual"}
+DUAL_STACK_MODES = ("iptables-dual-stack", "nftables-dual-stack")
+MODES = ("ipvs",) if IN_VM else ("iptables", "nftables", *DUAL_STACK_MODES)
+# a mode is netkit's proxy mode, or that mode's cluster with both IP families
+PROXY_MODE = {"iptables-dual-stack": "iptables", "nftables-dual-stack": "nftables"}
+IP_FAMILY = dict.fromkeys(DUAL_STACK_MODES, "dual")
 RESULTS_ENV = "NETKIT_E2E_RESULTS"  # a file: the outcome of every test, by upstream name and mode
 POLL = 60.0  # seconds: the lab syncs in about a second; a loaded machine takes longer
 CLIENT_NODE = "node-3"  # the last node; in the VM's 2-node cluster, node-2

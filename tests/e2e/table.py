@@ -1,6 +1,6 @@
 """docs/e2e.md's table, generated from a test run: upstream test → our test → result per mode
-(dual-stack: an iptables-mode cluster with both IP families; upstream's [Feature:IPv6DualStack]
-tests run there only, "—" in the other columns).
+(iptables-dual-stack, nftables-dual-stack: that mode's cluster with both IP families; upstream's
+[Feature:IPv6DualStack] tests run there only, "—" in the other columns).
 
     NETKIT_E2E_RESULTS=tests/e2e/results.json pytest -n 2 tests/e2e   # as root
     NETKIT_E2E_RESULTS=tests/e2e/results-ipvs.json vm-images/run-tests  # the VM part, IPVS subset included
@@ -21,21 +21,22 @@ RESULTS = ROOT / "tests" / "e2e" / "results.json"
 RESULTS_VM = ROOT / "tests" / "e2e" / "results-ipvs.json"  # the IPVS subset, run in the test VM
 PAGE = ROOT / "docs" / "e2e.md"
 BEGIN, END = "<!-- e2e-table:begin -->", "<!-- e2e-table:end -->"
-MODES = ("iptables", "nftables", "dual-stack")  # on the host
+DUAL_STACK_MODES = ("iptables-dual-stack", "nftables-dual-stack")
+MODES = ("iptables", "nftables", *DUAL_STACK_MODES)  # on the host
 VM_MODES = ("ipvs",)  # the tests marked `ipvs`, in the test VM; "—" for the others
 MARK = {"passed": "pass", "failed": "**FAIL**", "skipped": "skipped"}
-DUAL_STACK_ONLY = "[Feature:IPv6DualStack]"  # upstream's dual-stack tests: run in the dual-stack mode only
+DUAL_STACK_ONLY = "[Feature:IPv6DualStack]"  # upstream's dual-stack tests: run in the dual-stack modes only
 GRANULAR = f"{DUAL_STACK_ONLY} Granular Checks: Services Secondary IP Family [LinuxOnly]"
 
 
 def modes_of(row: dict[str, str]) -> tuple[str, ...]:
     """The modes a translated test runs in."""
-    return ("dual-stack",) if row["describe"] == DUAL_STACK_ONLY else MODES
+    return DUAL_STACK_MODES if row["describe"] == DUAL_STACK_ONLY else MODES
+
 
 NOT_YET = (
-    "Conntrack should drop INVALID conntrack entries [Privileged]",
-    f"{GRANULAR} should be able to handle large requests: http",
-    f"{GRANULAR} should be able to handle large requests: udp",
+    "Networking Granular Checks: Services should update nodePort: http [Slow]",
+    "Networking Granular Checks: Services should update nodePort: udp [Slow]",
 )
 NOT_EXPRESSIBLE = (
     ("Services should be rejected for evicted pods (no endpoints exist)",
@@ -50,6 +51,8 @@ NOT_EXPRESSIBLE = (
      "needs a cloud load balancer"),
     (f"{GRANULAR} should function for pod-Service: sctp [Feature:SCTPConnectivity][Disruptive]",
      "SCTP sockets do not exist in the lab's kernel: no pod can serve SCTP"),
+    ("Networking Granular Checks: Services should function for pod-Service: sctp [Feature:SCTPConnectivity]"
+     "[Disruptive]", "SCTP sockets do not exist in the lab's kernel: no pod can serve SCTP"),
     (f"{GRANULAR} should function for service endpoints using hostNetwork",
      "needs endpoints on a node's network; the lab's pods always have namespaces of their own"),
 )

@@ -1,20 +1,19 @@
 """[sig-network] [Feature:IPv6DualStack] (test/e2e/network/dual_stack.go), translated one to one,
-run on the dual-stack cluster only (3 nodes, IPv4 primary).
+run on the dual-stack clusters only (iptables and nftables mode, 3 nodes, IPv4 primary).
 
 The "Granular Checks: Services Secondary IP Family" tests use upstream's NetworkingTestConfig with
-EnableDualStack: netserver pods (one per node), a NodePort Service `node-port-service` and a ClientIP
-`session-affinity-service`, both RequireDualStack (http 80 → the pods' `http`, udp 90 → 5353/UDP
-here, where agnhost serves 8083 and 8081), dialled on their secondary ClusterIP and a node's
-secondary address. `DialFromContainer` succeeds when the answering pods are exactly the endpoints.
-One configuration serves the tests that only dial (upstream builds one per test: the same pods and
-Services, built once here to keep the suite's time); the two that delete a netserver pod get their own.
+EnableDualStack (`netconfig.py`: netserver pods answering as agnhost netexec, the NodePort and
+session-affinity Services RequireDualStack), dialled on their secondary ClusterIP and a node's
+secondary address. `DialFromContainer` succeeds when the answers are exactly the endpoints'
+hostnames (netexec's `/hostname`, UDP `hostname`), or the echoed message. One configuration serves
+the tests that only dial (upstream builds one per test: the same pods and Services, built once here
+to keep the suite's time); the two that delete a netserver pod get their own.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from ipaddress import ip_address
 from typing import Any
 
@@ -24,12 +23,22 @@ from netkit.lab.cluster import lifecycle
 from netkit.lab.cluster.state import Record
 from tests.lab_cluster.conftest import Kubectl, eventually, fresh, hit
 
-from .conftest import POLL, get, pods_of, start_serve_hostname
+from .conftest import DUAL_STACK_MODES, POLL, get, pods_of, start_serve_hostname
+from .netconfig import (
+    HTTP_PORT,
+    UDP_PORT,
+    Networking,
+    affinity_check,
+    dial_echo,
+    networking_config,
+    service_checks,
+    update_endpoints,
+)
 
 DESCRIBE = "[Feature:IPv6DualStack]"  # the upstream SIGDescribe these tests belong to
 
 pytestmark = [pytest.mark.netns,
-              pytest.mark.parametrize("mode", ["dual-stack"], indirect=True, scope="session")]
+              pytest.mark.parametrize("mode", DUAL_STACK_MODES, indirect=True, scope="session")]
 
 
 def is_v4(ip: str) -> bool:
@@ -165,77 +174,13 @@ def test_service_with_ipv6_ipv4_cluster_ips(cluster: Record, kubectl: Kubectl) -
 
 # --- Granular Checks: Services Secondary IP Family -------------------------------------------------
 
-HTTP_PORT, UDP_PORT = 80, 90  # e2enetwork.ClusterHTTPPort, ClusterUDPPort
-
-
-def networking_services(prefix: str, app: str) -> str:
-    """NetworkingTestConfig's NodePort and session-affinity Services, RequireDualStack (EnableDualStack)."""
-    docs = []
-    for name, affinity in ((f"{prefix}node-port-service", "None"), (f"{prefix}session-affinity-service", "ClientIP")):
-        docs.append(f"""apiVersion: v1
-kind: Service
-metadata: {{name: {name}}}
-spec:
-  type: NodePort
-  ipFamilyPolicy: RequireDualStack
-  sessionAffinity: {affinity}
-  selector: {{app: {app}}}
-  ports:
-  - {{name: http, port: {HTTP_PORT}, protocol: TCP, targetPort: http}}
-  - {{name: udp, port: {UDP_PORT}, protocol: UDP, targetPort: 5353}}
-""")
-    return "---\n".join(docs)
-
-
-@dataclass(frozen=True)
-class Networking:
-    """What NetworkingTestConfig gives a test: the endpoint pods, the Services' secondary ClusterIPs,
-    a node's secondary address and the node ports."""
-
-    app: str
-    endpoints: frozenset[str]
-    secondary_cluster_ip: str
-    affinity_ip: str
-    secondary_node_ip: str
-    node_http_port: int
-    node_udp_port: int
-
-
-def networking_config(record: Record, kubectl: Kubectl, app: str, prefix: str = "") -> Networking:
-    nodes = len(fresh(record).cluster.nodes)
-    pods = start_serve_hostname(record, app, nodes)  # one netserver per node
-    kubectl.apply(networking_services(prefix, app))
-    spec = get(kubectl, "service", f"{prefix}node-port-service")["spec"]
-    affinity = get(kubectl, "service", f"{prefix}session-affinity-service")["spec"]
-    ports = {p["name"]: p["nodePort"] for p in spec["ports"]}
-    c = fresh(record).cluster
-    return Networking(app, frozenset(pods), spec["clusterIPs"][1], affinity["clusterIPs"][1],
-                      str(c.node_ips(c.nodes[0])[1]), ports["http"], ports["udp"])
-
-
 @pytest.fixture(scope="session")
 def networking(cluster: Record, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Networking]:
-    yield networking_config(cluster, Kubectl(cluster, tmp_path_factory.mktemp("kubectl")), "netserver")
-
-
-def dial(record: Record, where: str, proto: str, ip: str, port: int, tries: int) -> set[str]:
-    """The pods answering `tries` dials (a failed dial answers nothing, as upstream's /dial)."""
-    replies = [hit(record, where, ip, port, proto, timeout=1.0) for _ in range(tries)]
-    return {r.backend for r in replies if r.backend}
-
-
-def dials_to(record: Record, where: str, proto: str, ip: str, port: int, expected: frozenset[str]) -> None:
-    """DialFromContainer(maxTries, minTries 0): within the poll bound, the answering pods are exactly
-    the endpoints."""
-    tries = 10 * len(expected)
-    assert eventually(lambda: dial(record, where, proto, ip, port, tries) == expected, POLL,
-                      f"{proto} {ip}:{port} from {where} answered by {sorted(expected)}")
+    yield networking_config(cluster, Kubectl(cluster, tmp_path_factory.mktemp("kubectl")), "netserver", dual=True)
 
 
 def secondary_checks(record: Record, where: str, proto: str, net: Networking) -> None:
-    port, node_port = (HTTP_PORT, net.node_http_port) if proto == "tcp" else (UDP_PORT, net.node_udp_port)
-    dials_to(record, where, proto, net.secondary_cluster_ip, port, net.endpoints)
-    dials_to(record, where, proto, net.secondary_node_ip, node_port, net.endpoints)
+    service_checks(record, where, proto, net, family=1)
 
 
 @pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] should function for pod-Service: http")
@@ -243,7 +188,7 @@ def test_pod_service_http(cluster: Record, networking: Networking, exec_pod: str
     """[Feature:IPv6DualStack] Granular Checks: Services Secondary IP Family [LinuxOnly] should
     function for pod-Service: http: from the test pod to the secondary ClusterIP:80 and to a node's
     secondary address:NodePort, every netserver answers."""
-    secondary_checks(cluster, exec_pod, "tcp", networking)
+    secondary_checks(cluster, exec_pod, "http", networking)
 
 
 @pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] should function for pod-Service: udp")
@@ -258,7 +203,7 @@ def test_pod_service_udp(cluster: Record, networking: Networking, exec_pod: str)
 def test_node_service_http(cluster: Record, networking: Networking) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should function for node-Service: http: from a
     node (the host network) to the secondary ClusterIP and the secondary node address:NodePort."""
-    secondary_checks(cluster, "node-1", "tcp", networking)
+    secondary_checks(cluster, "node-1", "http", networking)
 
 
 @pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] should function for node-Service: udp")
@@ -272,7 +217,7 @@ def test_node_service_udp(cluster: Record, networking: Networking) -> None:
 def test_endpoint_service_http(cluster: Record, networking: Networking) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should function for endpoint-Service: http: from
     an endpoint pod itself (reaching itself through the Service: hairpin) to both targets."""
-    secondary_checks(cluster, sorted(networking.endpoints)[0], "tcp", networking)
+    secondary_checks(cluster, sorted(networking.endpoints)[0], "http", networking)
 
 
 @pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] "
@@ -282,41 +227,17 @@ def test_endpoint_service_udp(cluster: Record, networking: Networking) -> None:
     secondary_checks(cluster, sorted(networking.endpoints)[0], "udp", networking)
 
 
-def update_endpoints(record: Record, kubectl: Kubectl, exec_pod: str, proto: str) -> None:
-    """Dial the secondary ClusterIP (every netserver answers), delete one netserver pod
-    (DeleteNetProxyPod), dial again maxTries times: exactly the remaining ones answer."""
-    app = f"netserver-update-{proto}"
-    net = networking_config(record, kubectl, app, prefix=f"update-{proto}-")
-    port = HTTP_PORT if proto == "tcp" else UDP_PORT
-    dials_to(record, exec_pod, proto, net.secondary_cluster_ip, port, net.endpoints)
-    lifecycle.scale(record.cluster_id, app, len(net.endpoints) - 1)
-    remaining = frozenset(pods_of(record, app))
-    assert len(remaining) == len(net.endpoints) - 1
-    dials_to(record, exec_pod, proto, net.secondary_cluster_ip, port, remaining)
-
-
 @pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] should update endpoints: http")
 def test_update_endpoints_http(cluster: Record, kubectl: Kubectl, exec_pod: str) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should update endpoints: http: after a netserver
     pod is deleted, only the others answer on the secondary ClusterIP."""
-    update_endpoints(cluster, kubectl, exec_pod, "tcp")
+    update_endpoints(cluster, kubectl, exec_pod, "http", "netserver-update-http", family=1)
 
 
 @pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] should update endpoints: udp")
 def test_update_endpoints_udp(cluster: Record, kubectl: Kubectl, exec_pod: str) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should update endpoints: udp."""
-    update_endpoints(cluster, kubectl, exec_pod, "udp")
-
-
-SESSION_AFFINITY_CHECKS = 10  # e2enetwork.SessionAffinityChecks
-
-
-def affinity_check(record: Record, pod: str, proto: str, net: Networking) -> None:
-    """GetEndpointsFromTestContainer(SessionAffinityChecks) on the secondary ClusterIP: exactly one pod."""
-    port = HTTP_PORT if proto == "tcp" else UDP_PORT
-    assert eventually(lambda: len(dial(record, pod, proto, net.affinity_ip, port, SESSION_AFFINITY_CHECKS)) == 1,
-                      POLL, f"{proto} affinity on {net.affinity_ip}")
-    assert len(dial(record, pod, proto, net.affinity_ip, port, SESSION_AFFINITY_CHECKS)) == 1
+    update_endpoints(cluster, kubectl, exec_pod, "udp", "netserver-update-udp", family=1)
 
 
 @pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] "
@@ -325,7 +246,7 @@ def test_session_affinity_http(cluster: Record, networking: Networking, exec_pod
     """[Feature:IPv6DualStack] Granular Checks: ... should function for client IP based session
     affinity: http [LinuxOnly]: the session-affinity Service's secondary ClusterIP sends every
     connection of the test pod to one endpoint."""
-    affinity_check(cluster, exec_pod, "tcp", networking)
+    affinity_check(cluster, exec_pod, "http", networking, family=1)
 
 
 @pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] "
@@ -333,4 +254,20 @@ def test_session_affinity_http(cluster: Record, networking: Networking, exec_pod
 def test_session_affinity_udp(cluster: Record, networking: Networking, exec_pod: str) -> None:
     """[Feature:IPv6DualStack] Granular Checks: ... should function for client IP based session
     affinity: udp [LinuxOnly]."""
-    affinity_check(cluster, exec_pod, "udp", networking)
+    affinity_check(cluster, exec_pod, "udp", networking, family=1)
+
+
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] "
+                      "should be able to handle large requests: http")
+def test_large_requests_http(cluster: Record, networking: Networking, exec_pod: str) -> None:
+    """[Feature:IPv6DualStack] Granular Checks: ... should be able to handle large requests: http:
+    netexec's `/echo?msg=` through the secondary ClusterIP:80 returns a 2000-byte message."""
+    dial_echo(cluster, exec_pod, "http", networking.cluster_ips[1], HTTP_PORT, "42" * 1000)
+
+
+@pytest.mark.upstream("Granular Checks: Services Secondary IP Family [LinuxOnly] "
+                      "should be able to handle large requests: udp")
+def test_large_requests_udp(cluster: Record, networking: Networking, exec_pod: str) -> None:
+    """[Feature:IPv6DualStack] Granular Checks: ... should be able to handle large requests: udp:
+    netexec's UDP `echo` through the secondary ClusterIP:90 returns a 2000-byte message."""
+    dial_echo(cluster, exec_pod, "udp", networking.cluster_ips[1], UDP_PORT, "n" + "o" * 1999)

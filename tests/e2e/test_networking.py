@@ -1,13 +1,30 @@
-"""[sig-network] Networking (test/e2e/network/networking.go), translated one to one."""
+"""[sig-network] Networking (test/e2e/network/networking.go), translated one to one.
+
+The "Granular Checks: Services" use upstream's NetworkingTestConfig (`netconfig.py`: netserver pods
+answering as agnhost netexec, a NodePort and a ClientIP Service over them), dialled on the ClusterIP
+and the first node's address; in the dual-stack modes on the primary family, as upstream's
+single-stack config there."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 
 from netkit.lab.cluster.state import Record
-from tests.lab_cluster.conftest import fresh
+from tests.lab_cluster.conftest import Kubectl, fresh
 
 from .conftest import http_get
+from .netconfig import (
+    HTTP_PORT,
+    UDP_PORT,
+    Networking,
+    affinity_check,
+    dial_echo,
+    networking_config,
+    service_checks,
+    update_endpoints,
+)
 
 pytestmark = pytest.mark.netns
 
@@ -29,3 +46,96 @@ def test_kube_proxy_urls(cluster: Record, proxy_mode: str) -> None:
     assert healthz.startswith("200 OK") and "lastUpdated" in healthz, healthz
     answer = self_url(cluster, node, 10249, "/proxyMode")
     assert answer.split("\n")[:2] == ["200 OK", proxy_mode], answer
+
+
+# --- Granular Checks: Services ----------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def networking(cluster: Record, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Networking]:
+    """NewNetworkingTestConfig(f, false, false), built once for the tests that only dial (upstream
+    builds one per test); its Services prefixed `nettest-` (one namespace: the dual-stack tests'
+    configuration has the upstream names)."""
+    yield networking_config(cluster, Kubectl(cluster, tmp_path_factory.mktemp("kubectl")), "nettest", "nettest-")
+
+
+@pytest.mark.upstream("Granular Checks: Services should function for pod-Service: http")
+def test_pod_service_http(cluster: Record, networking: Networking, exec_pod: str) -> None:
+    """Networking Granular Checks: Services should function for pod-Service: http: from the test
+    pod to the ClusterIP:80 and to the node's address at the node port, every netserver answers."""
+    service_checks(cluster, exec_pod, "http", networking)
+
+
+@pytest.mark.upstream("Granular Checks: Services should function for pod-Service: udp")
+def test_pod_service_udp(cluster: Record, networking: Networking, exec_pod: str) -> None:
+    """Networking Granular Checks: Services should function for pod-Service: udp: the same over
+    UDP (port 90 and its node port)."""
+    service_checks(cluster, exec_pod, "udp", networking)
+
+
+@pytest.mark.upstream("Granular Checks: Services should function for node-Service: http")
+def test_node_service_http(cluster: Record, networking: Networking) -> None:
+    """Networking Granular Checks: Services should function for node-Service: http: from a node
+    (the host network)."""
+    service_checks(cluster, fresh(cluster).cluster.nodes[0].name, "http", networking)
+
+
+@pytest.mark.upstream("Granular Checks: Services should function for node-Service: udp")
+def test_node_service_udp(cluster: Record, networking: Networking) -> None:
+    """Networking Granular Checks: Services should function for node-Service: udp."""
+    service_checks(cluster, fresh(cluster).cluster.nodes[0].name, "udp", networking)
+
+
+@pytest.mark.upstream("Granular Checks: Services should function for endpoint-Service: http")
+def test_endpoint_service_http(cluster: Record, networking: Networking) -> None:
+    """Networking Granular Checks: Services should function for endpoint-Service: http: from an
+    endpoint pod itself (reaching itself through the Service: hairpin)."""
+    service_checks(cluster, sorted(networking.endpoints)[0], "http", networking)
+
+
+@pytest.mark.upstream("Granular Checks: Services should function for endpoint-Service: udp")
+def test_endpoint_service_udp(cluster: Record, networking: Networking) -> None:
+    """Networking Granular Checks: Services should function for endpoint-Service: udp."""
+    service_checks(cluster, sorted(networking.endpoints)[0], "udp", networking)
+
+
+@pytest.mark.upstream("Granular Checks: Services should update endpoints: http")
+def test_update_endpoints_http(cluster: Record, kubectl: Kubectl, exec_pod: str) -> None:
+    """Networking Granular Checks: Services should update endpoints: http: after a netserver pod is
+    deleted, only the others answer on the ClusterIP."""
+    update_endpoints(cluster, kubectl, exec_pod, "http", "nettest-update-http")
+
+
+@pytest.mark.upstream("Granular Checks: Services should update endpoints: udp")
+def test_update_endpoints_udp(cluster: Record, kubectl: Kubectl, exec_pod: str) -> None:
+    """Networking Granular Checks: Services should update endpoints: udp."""
+    update_endpoints(cluster, kubectl, exec_pod, "udp", "nettest-update-udp")
+
+
+@pytest.mark.upstream("Granular Checks: Services "
+                      "should function for client IP based session affinity: http [LinuxOnly]")
+def test_session_affinity_http(cluster: Record, networking: Networking, exec_pod: str) -> None:
+    """Networking Granular Checks: Services should function for client IP based session affinity:
+    http [LinuxOnly]: every connection of the test pod to the session-affinity Service reaches one pod."""
+    affinity_check(cluster, exec_pod, "http", networking)
+
+
+@pytest.mark.upstream("Granular Checks: Services "
+                      "should function for client IP based session affinity: udp [LinuxOnly]")
+def test_session_affinity_udp(cluster: Record, networking: Networking, exec_pod: str) -> None:
+    """Networking Granular Checks: Services should function for client IP based session affinity:
+    udp [LinuxOnly]."""
+    affinity_check(cluster, exec_pod, "udp", networking)
+
+
+@pytest.mark.upstream("Granular Checks: Services should be able to handle large requests: http")
+def test_large_requests_http(cluster: Record, networking: Networking, exec_pod: str) -> None:
+    """Networking Granular Checks: Services should be able to handle large requests: http:
+    netexec's `/echo?msg=` through the ClusterIP:80 returns a 2000-byte message."""
+    dial_echo(cluster, exec_pod, "http", networking.cluster_ips[0], HTTP_PORT, "42" * 1000)
+
+
+@pytest.mark.upstream("Granular Checks: Services should be able to handle large requests: udp")
+def test_large_requests_udp(cluster: Record, networking: Networking, exec_pod: str) -> None:
+    """Networking Granular Checks: Services should be able to handle large requests: udp:
+    netexec's UDP `echo` through the ClusterIP:90 returns a 2000-byte message."""
+    dial_echo(cluster, exec_pod, "udp", networking.cluster_ips[0], UDP_PORT, "n" + "o" * 1999)

@@ -50,15 +50,16 @@ def test_a_test_is_listed_once() -> None:
 def test_a_failure_is_shown_as_one() -> None:
     page = table.render(f"x\n{table.BEGIN}\n{table.END}\n",
                         {"should x": {"test": "test_service.py::test_x", "describe": "Services",
-                                     "iptables": "failed", "nftables": "passed", "dual-stack": "passed"}})
-    assert "| Services should x | `test_service.py::test_x` | **FAIL** | pass | pass | — |" in page
+                                     "iptables": "failed", "nftables": "passed", "iptables-dual-stack": "passed",
+                                     "nftables-dual-stack": "passed"}})
+    assert "| Services should x | `test_service.py::test_x` | **FAIL** | pass | pass | pass | — |" in page
 
 
 def test_a_dual_stack_test_is_shown_in_its_mode_only() -> None:
     page = table.render(f"x\n{table.BEGIN}\n{table.END}\n",
                         {"should y": {"test": "test_dual_stack.py::test_y", "describe": table.DUAL_STACK_ONLY,
-                                      "dual-stack": "passed"}})
-    assert f"| {table.DUAL_STACK_ONLY} should y | `test_dual_stack.py::test_y` | — | — | pass | — |" in page
+                                      "iptables-dual-stack": "passed", "nftables-dual-stack": "failed"}})
+    assert f"| {table.DUAL_STACK_ONLY} should y | `test_dual_stack.py::test_y` | — | — | pass | **FAIL** | — |" in page
 
 
 def test_the_vm_run_is_joined_by_upstream_name(tmp_path: Path) -> None:
