@@ -27,22 +27,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
-import yaml
-from kubernetes.aio import client as kclient
-from kubernetes.aio import config as kconfig
 
-from netkit import yamlload
-from netkit.errors import NetkitError
 from netkit.model.types import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
+from netkit.sources.apiclient import ApiClient, load_config, open_client
+from netkit.sources.kubeconfig import SERVICE_ACCOUNT_DIR
 from netkit.sources.reflector import (
     ApiUnavailable,
     Decoder,
@@ -60,10 +55,6 @@ log = logging.getLogger(__name__)
 
 SERVICE_SELECTOR = f"!{SERVICE_PROXY_NAME_LABEL}"
 ENDPOINTS_SELECTOR = f"!{SERVICE_PROXY_NAME_LABEL},!{HEADLESS_LABEL}"
-
-
-class ApiConfigError(NetkitError):
-    pass
 
 
 # --- connecting ----------------------------------------------------------------------------------
@@ -110,70 +101,12 @@ def settings_from_args(args: argparse.Namespace) -> ApiSettings:
                        getattr(args, "context", "") or "")
 
 
-def in_cluster() -> bool:
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and bool(os.environ.get("KUBERNETES_SERVICE_PORT"))
-
-
-async def connect(settings: ApiSettings) -> kclient.ApiClient:
-    """An ApiClient for `settings`. Credentials and their refresh (service-account token re-read,
-    client certificates, exec plugins) are the library's."""
-    cfg = kclient.Configuration()
-    if settings.kubeconfig and not Path(settings.kubeconfig).is_file():
-        raise ApiConfigError(f"--kubeconfig {settings.kubeconfig}: no such file")
-    try:
-        if settings.kubeconfig:
-            await kconfig.load_kube_config(config_file=settings.kubeconfig, context=settings.context or None,
-                                           client_configuration=cfg,
-                                           persist_config=False)  # type: ignore[no-untyped-call]
-        elif not settings.master:
-            if not in_cluster():
-                raise ApiConfigError("not running in a cluster: give --kubeconfig FILE or --master URL "
-                                     "(or -f DIR to run from manifests)")
-            kconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    except kconfig.ConfigException as exc:
-        raise ApiConfigError(f"cannot load the API configuration: {exc}") from exc
-    if settings.master:
-        cfg.host = settings.master.rstrip("/")
-    token_file = _token_file(settings) if settings.kubeconfig else None
-    if token_file:
-        cfg.refresh_api_key_hook = _reread_token(token_file)  # type: ignore[assignment]
-    return kclient.ApiClient(cfg)
-
-
-def _token_file(settings: ApiSettings) -> str | None:
-    """The current user's `tokenFile` in the kubeconfig (kubeadm's kube-proxy kubeconfig.conf has one:
-    the service account's projected token, which the kubelet rotates)."""
-    try:
-        doc = yamlload.safe_load(Path(settings.kubeconfig).read_text(encoding="utf-8"))
-        ctx_name = settings.context or doc.get("current-context")
-        ctx = next(c["context"] for c in doc.get("contexts") or [] if c.get("name") == ctx_name)
-        user = next(u["user"] for u in doc.get("users") or [] if u.get("name") == ctx.get("user"))
-        path = user.get("tokenFile")
-    except (OSError, yaml.YAMLError, StopIteration, KeyError, AttributeError, TypeError):
-        return None
-    if not isinstance(path, str) or not path:
-        return None
-    return str(Path(settings.kubeconfig).parent / path) if not os.path.isabs(path) else path
-
-
-def _reread_token(path: str) -> Callable[[kclient.Configuration], None]:
-    """Read the token file again before requests (at most once a minute), as client-go does."""
-    last = [float("-inf")]
-
-    def hook(cfg: kclient.Configuration) -> None:
-        now = time.monotonic()
-        if now - last[0] < 60:
-            return
-        last[0] = now
-        try:
-            token = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            log.warning("cannot re-read the token file %s: %s", path, exc.strerror or exc)
-            return
-        if token:
-            cfg.api_key["BearerToken"] = f"Bearer {token}"
-
-    return hook
+async def connect(settings: ApiSettings, *, env: Mapping[str, str] | None = None,
+                  secret_dir: str = SERVICE_ACCOUNT_DIR) -> ApiClient:
+    """A client for `settings` (netkit.sources.apiclient: kube-proxy's choice between --kubeconfig,
+    --master and the in-cluster config; credentials and their refresh). ApiConfigError when unusable."""
+    config = load_config(settings.kubeconfig, settings.context, settings.master, env=env, secret_dir=secret_dir)
+    return open_client(config)
 
 
 # --- what to watch -------------------------------------------------------------------------------
@@ -181,11 +114,11 @@ def _reread_token(path: str) -> Callable[[kclient.Configuration], None]:
 
 @dataclass(frozen=True, slots=True)
 class WatchSpec:
-    """One reflector: the resource, its kind, the kubernetes.aio call that lists it, selectors."""
+    """One reflector: the resource, its kind, the list call (by the official client's name), selectors."""
 
     resource: str
     kind: str
-    call: str  # "<api class>.<method>" in kubernetes.aio.client
+    call: str  # "<api class>.<method>" as the official client names it: a key of PATHS
     label_selector: str = ""
     field_selector: str = ""
 
@@ -210,9 +143,8 @@ def watch_plan(node_name: str, *, endpoint_slices: bool, pods: bool = False,
 
 
 # The API paths of the list calls a WatchSpec names, and the query parameters the reflector passes by
-# their Python names. The client's generated API classes would do the same, but importing CoreV1Api
-# and DiscoveryV1Api costs ~1.8 s of CPU and 23 MB at every start (kubernetes 37's pydantic-annotated
-# modules); the requests go through the same ApiClient, so credentials and their refresh are unchanged.
+# their Python names (the official client's, whose generated calls these replace: importing that
+# package cost the daemon ~20 MiB and a third of a second at every start; netkit.sources.apiclient).
 PATHS = {
     "CoreV1Api.list_service_for_all_namespaces": "/api/v1/services",
     "CoreV1Api.list_endpoints_for_all_namespaces": "/api/v1/endpoints",
@@ -226,17 +158,18 @@ _QUERY = {"_continue": "continue", "label_selector": "labelSelector", "field_sel
           "allow_watch_bookmarks": "allowWatchBookmarks", "timeout_seconds": "timeoutSeconds"}
 
 
-async def get(api: kclient.ApiClient, path: str, _request_timeout: float | None = None,
+async def get(api: ApiClient, path: str, _request_timeout: float | None = None,
               **query: Any) -> aiohttp.ClientResponse:
     """GET `path` with `query` (the generated calls' parameter names) as JSON, unread."""
-    params = [(_QUERY[k], v) for k, v in query.items() if v is not None]
-    request = await api.param_serialize(method="GET", resource_path=path, query_params=params,
-                                        header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-    response = await api.call_api(*request, _preload_content=False, _request_timeout=_request_timeout)
-    return response.response  # type: ignore[no-any-return]
+    params = [(_QUERY[k], _param(v)) for k, v in query.items() if v is not None]
+    return await api.get(path, params, _request_timeout)
 
 
-def list_call(api: kclient.ApiClient, spec: WatchSpec, limiter: RateLimiter | None = None) -> ListCall:
+def _param(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def list_call(api: ApiClient, spec: WatchSpec, limiter: RateLimiter | None = None) -> ListCall:
     path = PATHS[spec.call]
 
     async def call(**kwargs: Any) -> aiohttp.ClientResponse:
@@ -247,7 +180,7 @@ def list_call(api: kclient.ApiClient, spec: WatchSpec, limiter: RateLimiter | No
     return call
 
 
-async def serves_endpoint_slices(api: kclient.ApiClient, timeout: float) -> bool:
+async def serves_endpoint_slices(api: ApiClient, timeout: float) -> bool:
     """Discovery: does the cluster serve discovery.k8s.io/v1 endpointslices? Raises ApiUnavailable
     when it cannot tell (an outage must not switch netkit to the Endpoints fallback)."""
     try:
@@ -311,9 +244,9 @@ class KubeSource:
                 for r in self.reflectors:
                     tg.create_task(r.run(), name=f"reflector-{r.resource}")
         finally:
-            await api.close()  # type: ignore[no-untyped-call]
+            await api.close()
 
-    async def _discover(self, api: kclient.ApiClient) -> bool:
+    async def _discover(self, api: ApiClient) -> bool:
         failures = 0
         while True:
             try:

@@ -27,10 +27,10 @@ Theory of operation (client-go's reflector, on asyncio):
 The socket read timeout (per line) is longer than the watch timeout, so a silently dead TCP connection
 is noticed without cutting a healthy, quiet stream; the library's own retries are not used.
 
-The transport is a small protocol (`ListWatch`); `KubeListWatch` implements it over the official
-`kubernetes` client's asyncio `ApiClient` (`kubernetes.aio`), reading the responses unparsed
-(`netkit.sources.kube.list_call`) so objects arrive as JSON dicts (the generated model classes would
-cost time and memory and lose nothing netkit needs). Constructors do no IO; `Reflector.run()` works until cancelled.
+The transport is a small protocol (`ListWatch`); `KubeListWatch` implements it over netkit's own
+aiohttp client (`netkit.sources.apiclient`, through `netkit.sources.kube.list_call`), reading the
+responses as JSON dicts (generated model classes would cost time and memory and lose nothing netkit
+needs). Constructors do no IO; `Reflector.run()` works until cancelled.
 """
 
 from __future__ import annotations

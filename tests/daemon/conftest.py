@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from kubernetes.aio import client as kclient
-
+from netkit.sources.apiclient import open_client
 from netkit.sources.kube import WatchSpec, list_call, watch_plan
+from netkit.sources.kubeconfig import ApiConfig
 from netkit.sources.reflector import (
     BackoffPolicy,
     KubeListWatch,
@@ -101,7 +101,7 @@ async def reflecting(srv: TestApiServer, resource: str = "services", options: Re
     """A running reflector for one resource of `srv`, recording what it delivers."""
     events: list[ReflectorEvent] = []
     spec = spec_for(resource)
-    api = kclient.ApiClient(kclient.Configuration(host=srv.url))
+    api = open_client(ApiConfig(srv.url))
     lw = KubeListWatch(list_call(api, spec), spec.kind, label_selector=spec.label_selector,
                        field_selector=spec.field_selector)
     reflector = Reflector(resource, lw, events.append, options)
@@ -110,4 +110,4 @@ async def reflecting(srv: TestApiServer, resource: str = "services", options: Re
             await asyncio.wait_for(reflector.wait_synced(), EVENT_TIMEOUT)
             yield reflector, events
     finally:
-        await api.close()  # type: ignore[no-untyped-call]
+        await api.close()

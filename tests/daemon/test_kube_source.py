@@ -9,6 +9,7 @@ from urllib.parse import parse_qs
 import pytest
 
 from netkit.model.types import Node
+from netkit.sources.apiclient import Credential
 from netkit.sources.kube import (
     ENDPOINTS_SELECTOR,
     SERVICE_SELECTOR,
@@ -155,11 +156,13 @@ def test_kubeconfig_is_used_and_master_overrides_its_server(tmp_path: Path) -> N
         async with TestApiServer() as srv:
             kubeconfig = srv.write_kubeconfig(tmp_path / "kubeconfig")
             api = await connect(ApiSettings(kubeconfig=str(kubeconfig)))
-            assert api.configuration.host == srv.url
-            await api.close()  # type: ignore[no-untyped-call]
+            assert api.config.server == srv.url
+            async with await api.get("/api/v1/namespaces") as resp:
+                assert resp.status == 200
+            await api.close()
             api = await connect(ApiSettings(kubeconfig=str(kubeconfig), master="http://127.0.0.1:1"))
-            assert api.configuration.host == "http://127.0.0.1:1"
-            await api.close()  # type: ignore[no-untyped-call]
+            assert api.config.server == "http://127.0.0.1:1"
+            await api.close()
 
     run(scenario())
 
@@ -170,18 +173,14 @@ def test_without_settings_outside_a_cluster_the_error_says_what_to_pass(monkeypa
         run(connect(ApiSettings()))
 
 
-def test_in_cluster_config_is_chosen_automatically(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kubernetes.aio import config as kconfig
-
-    seen: list[object] = []
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
-    monkeypatch.setattr(kconfig, "load_incluster_config",
-                        lambda client_configuration: seen.append(client_configuration))
+def test_in_cluster_config_is_chosen_automatically(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("sa-token\n")
+    env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"}
 
     async def scenario() -> None:
-        api = await connect(ApiSettings())
-        await api.close()  # type: ignore[no-untyped-call]
+        api = await connect(ApiSettings(), env=env, secret_dir=str(tmp_path))
+        assert api.config.server == "https://[fd00::1]:6443"
+        assert await api.auth.credential() == Credential("Bearer sa-token")
+        await api.close()
 
     run(scenario())
-    assert len(seen) == 1

@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 
 PURE = [
     "netkit/model/types.py", "netkit/model/k8s.py", "netkit/model/state.py", "netkit/config.py",
-    "netkit/config_encode.py",
+    "netkit/config_encode.py", "netkit/sources/kubeconfig.py",
     "netkit/model/conntrack.py", "netkit/model/lookup.py", "netkit/rules/summary.py", "netkit/rules/tracing.py",
     "netkit/rules/iptables/names.py", "netkit/rules/iptables/compile.py", "netkit/rules/iptables/ruleset.py",
     "netkit/rules/iptables/plan.py", "netkit/rules/iptables/trace.py", "netkit/rules/iptables/summary.py",
