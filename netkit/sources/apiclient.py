@@ -22,6 +22,7 @@ image's Python, and 26 s in the TCG test VM; netkit sends a handful of GETs (doc
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import shutil
@@ -264,7 +265,8 @@ def _auth(config: ApiConfig, clock: Callable[[], float]) -> Auth:
     if c.token:
         return StaticAuth(Credential(f"Bearer {c.token}"))
     if c.username or c.password:
-        return StaticAuth(Credential(aiohttp.BasicAuth(c.username, c.password).encode()))
+        basic = base64.b64encode(f"{c.username}:{c.password}".encode()).decode()
+        return StaticAuth(Credential(f"Basic {basic}"))
     if c.exec is not None:
         if shutil.which(c.exec.command) is None:
             raise ApiConfigError(f"{config.source}: exec plugin {c.exec.command}: not found or not executable"

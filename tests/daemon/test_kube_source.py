@@ -13,13 +13,13 @@ from netkit.sources.apiclient import Credential
 from netkit.sources.kube import (
     ENDPOINTS_SELECTOR,
     SERVICE_SELECTOR,
-    ApiConfigError,
     ApiSettings,
     KubeSource,
     WatchSpec,
     connect,
     watch_plan,
 )
+from netkit.sources.kubeconfig import ApiConfigError
 from netkit.sources.store import Store
 from netkit.testing.apiserver import TestApiServer
 from tests.daemon.conftest import EVENT_TIMEOUT
