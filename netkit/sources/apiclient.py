@@ -25,6 +25,7 @@ import asyncio
 import base64
 import logging
 import os
+import re
 import shutil
 import ssl
 import tempfile
@@ -99,22 +100,26 @@ def _read_kubeconfig(path: str, context: str) -> ApiConfig:
 
 
 def open_client(config: ApiConfig, *, clock: Callable[[], float] = time.monotonic) -> ApiClient:
-    """A client for `config`, its files read now (ApiConfigError names the one that cannot be used)."""
-    return ApiClient(config, _auth(config, clock), ssl_context(config))
+    """A client for `config`, its files read now (ApiConfigError names the one that cannot be used).
+    An http:// server needs no TLS: its settings are not read (as the official clients do)."""
+    tls = ssl_context(config) if config.server.startswith("https://") else False
+    return ApiClient(config, _auth(config, clock), tls)
 
 
 # --- TLS ------------------------------------------------------------------------------------------
 
 
 def ssl_context(config: ApiConfig, cert: tuple[bytes, bytes] | None = None) -> ssl.SSLContext:
-    """The server checked against the given authority (data over file, as client-go), else the system's;
-    the client certificate of the config, or `cert` (PEM certificate and key) from an exec plugin."""
+    """The server checked against the given authority (data over file, as client-go; an empty one
+    means the system's, as client-go's empty pool does), else the system's; the client certificate of
+    the config, or `cert` (PEM certificate and key) from an exec plugin."""
     tls = config.tls
     try:
-        ctx = ssl.create_default_context(cafile=None if tls.ca_data else tls.ca_file or None,
-                                         cadata=tls.ca_data.decode("ascii", "replace") if tls.ca_data else None)
+        ca = tls.ca_data or (Path(tls.ca_file).read_bytes() if tls.ca_file else b"")
+        ctx = ssl.create_default_context(cadata=ca.decode("ascii", "replace") if ca.strip() else None)
     except (OSError, ssl.SSLError, ValueError) as exc:
-        raise ApiConfigError(f"{config.source}: certificate-authority: {_reason(exc)}") from None
+        raise ApiConfigError(f"{config.source}: certificate-authority {tls.ca_file or '(data)'}: "
+                             f"{_reason(exc)}") from None
     if tls.insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
@@ -143,6 +148,8 @@ def _load_cert_chain(ctx: ssl.SSLContext, cert: tuple[bytes, bytes], source: str
 
 
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):  # OpenSSL's words, without the C source line
+        return re.sub(r"^\[[^]]*\] | \(_ssl\.c:\d+\)$", "", str(exc.args[1] if len(exc.args) > 1 else exc))
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.filename}: {exc.strerror.lower()}" if exc.filename else exc.strerror.lower()
     return str(exc) or type(exc).__name__
@@ -281,7 +288,7 @@ def _auth(config: ApiConfig, clock: Callable[[], float]) -> Auth:
 class ApiClient:
     """GETs to one API server. The connection pool is made on the first request (inside the loop)."""
 
-    def __init__(self, config: ApiConfig, auth: Auth, ssl_ctx: ssl.SSLContext) -> None:
+    def __init__(self, config: ApiConfig, auth: Auth, ssl_ctx: ssl.SSLContext | bool) -> None:
         self.config, self.auth = config, auth
         self._ssl = ssl_ctx
         self._cert: tuple[bytes, bytes] | None = None  # the exec plugin's certificate the pool uses
@@ -303,7 +310,7 @@ class ApiClient:
         return resp
 
     async def _session_for(self, cert: tuple[bytes, bytes] | None) -> aiohttp.ClientSession:
-        if cert is not None and cert != self._cert:
+        if cert is not None and cert != self._cert and self._ssl is not False:
             self._ssl = ssl_context(self.config, cert)
             self._cert = cert
             await self.close()

@@ -293,3 +293,23 @@ def test_a_failing_exec_plugin_is_retried_not_fatal(tmp_path: Path) -> None:
             await api.close()
 
     run(scenario())
+
+
+def test_an_authority_file_is_read_for_https_only_and_an_empty_one_means_the_systems(tmp_path: Path) -> None:
+    (tmp_path / "empty.crt").write_text("")
+    (tmp_path / "bad.crt").write_text("not a certificate")
+    plain = write_kubeconfig(tmp_path / "http.conf", "http://127.0.0.1:1", {"certificate-authority": "gone.crt"}, {})
+    assert run(connect(ApiSettings(kubeconfig=plain))).config.server == "http://127.0.0.1:1"
+    for name, error in (("gone.crt", "no such file or directory"), ("bad.crt", "does not contain a certificate$")):
+        conf = write_kubeconfig(tmp_path / "https.conf", "https://127.0.0.1:1", {"certificate-authority": name}, {})
+        with pytest.raises(ApiConfigError, match=f"^--kubeconfig {conf}: certificate-authority {tmp_path}/{name}: "
+                                                 f".*{error}"):
+            run(connect(ApiSettings(kubeconfig=conf)))
+    ca = trustme.CA()
+
+    async def scenario() -> None:
+        async with https_server(ca, "127.0.0.1") as url:  # not a system authority's: refused
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                await get_json(write_kubeconfig(tmp_path / "e.conf", url, {"certificate-authority": "empty.crt"}, {}))
+
+    run(scenario())
