@@ -24,7 +24,7 @@ END = "<!-- end of bench/table.py's table -->"
 
 # the order of the files on the page; a file not named here comes after these, by name
 ORDER = ["compile", "compile-command", "compile-50k", "sync", "sync-legacy", "sync-nftables",
-         "sync-nftables-50k", "coldstart", "coldstart-50k", "diff-iptables", "diff-nftables", "nftables",
+         "sync-nftables-50k", "coldstart", "coldstart-50k", "imports", "diff-iptables", "diff-nftables", "nftables",
          "nftables-50k", "ipvs", "ipvs-daemon", "dns", "dns-relist", "conntrack", "scenarios", "cluster",
          "cluster-image",
          "python-iptables"]

@@ -27,7 +27,7 @@ trim() {
   py=$(python3 -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')
   rm -rf "/usr/lib/$py/test" "/usr/lib/$py/idlelib" "/usr/lib/$py/tkinter" "/usr/lib/$py/turtledemo" \
     "/usr/lib/$py/lib2to3" "/usr/lib/$py/ensurepip" "/usr/lib/$py/pydoc_data" "/usr/lib/$py/unittest/test" \
-    /usr/local/lib/"$py"/dist-packages/kubernetes/test /usr/local/bin/* \
+    /usr/local/bin/* \
     /usr/local/lib/"$py"/dist-packages/pip* /usr/local/lib/"$py"/dist-packages/setuptools* \
     /usr/local/lib/"$py"/dist-packages/_distutils_hack /usr/local/lib/"$py"/dist-packages/pkg_resources \
     /usr/local/lib/"$py"/dist-packages/wheel*
