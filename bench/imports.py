@@ -1,9 +1,9 @@
 """Benchmark: what `netkit run` costs before it does anything — the CPU time and peak RSS of a new
 process importing the daemon's modules (the CLI, `netkit run`'s command and daemon, the API source
-and client, the nftables backend, the DNS server `--dns-listen` adds), against the same imports plus
-the official `kubernetes` client's asyncio modules, which the daemon loaded until netkit spoke to the
-API itself (netkit.sources.apiclient). Both in the same run, alternating, each a new interpreter;
-medians of `--runs`. Needs the test extra (the official client is a test dependency).
+and netkit's own API client, the nftables backend, the DNS server `--dns-listen` adds), against the
+same imports plus the official `kubernetes` client's asyncio modules (`kubernetes.aio`: what a daemon
+built on that client loads). Both in the same run, alternating, each a new interpreter; medians of
+`--runs`. Needs the test extra (the official client is a test dependency).
 
     .venv/bin/python bench/imports.py [--runs 15]
 """
@@ -55,8 +55,7 @@ def main() -> None:
         print(f"{what}: {value:.3f} {unit} vs {baseline:.3f} {unit} with the official client "
               f"({value / baseline:.2f}×)", flush=True)
     workload = (f"a new interpreter importing what `netkit run` loads vs the same plus the official client's "
-                f"kubernetes.aio (what it loaded before netkit.sources.apiclient); {results.runs(args.runs)}, "
-                f"alternating")
+                f"kubernetes.aio; {results.runs(args.runs)}, alternating")
     results.write(args.json, __file__, workload, figures)
 
 

@@ -16,7 +16,7 @@ Credentials follow client-go (rest/transport, plugin/pkg/client/auth/exec):
 
 Why netkit's own client: the official `kubernetes` package's import (its sync client, urllib3,
 requests, pydantic) cost the daemon ~20 MiB and 0.3-0.4 s of CPU at every start, most of the node
-image's Python, and 26 s in the TCG test VM; netkit sends a handful of GETs (docs/daemon.md).
+image's Python, and 26 s in the TCG test VM; netkit sends a handful of GETs (docs/sources.md).
 """
 
 from __future__ import annotations
