@@ -238,7 +238,7 @@ class _Source:
             source: Any = FileSource(list(config.files), self.store)
         else:
             from netkit.dns.decode import decode, decode_unlabelled
-            from netkit.sources.kube import ApiSettings, KubeSource  # the kubernetes client: only when used
+            from netkit.sources.kube import ApiSettings, KubeSource  # the API client: only when used
             self.store = ClusterStore()  # the reflectors' objects, reduced to what answers read
             source = KubeSource(ApiSettings(config.kubeconfig, config.master, config.context), self.store,
                                 pods=config.pods == PodMode.VERIFIED.value, dns=True,

@@ -60,7 +60,7 @@ from netkit.runtime.runner import Runner
 from netkit.runtime.syncer import SyncEngine, Syncer, SyncResult
 from netkit.sources.store import Change, Source, Store
 
-if TYPE_CHECKING:  # imported where used: the Kubernetes client and the DNS server load only when needed
+if TYPE_CHECKING:  # imported where used: the API client and the DNS server load only when needed
     from netkit.dns.server import DnsServer
     from netkit.dns.view import Options as DnsOptions
     from netkit.sources.kube import ApiSettings

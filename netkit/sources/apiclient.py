@@ -311,7 +311,10 @@ class ApiClient:
 
     async def _session_for(self, cert: tuple[bytes, bytes] | None) -> aiohttp.ClientSession:
         if cert is not None and cert != self._cert and self._ssl is not False:
-            self._ssl = ssl_context(self.config, cert)
+            try:
+                self._ssl = ssl_context(self.config, cert)
+            except ApiConfigError as exc:  # the plugin's certificate, not the configuration: retried
+                raise ApiUnavailable(f"exec plugin: {exc}") from None
             self._cert = cert
             await self.close()
         if self._session is None:
