@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Protocol
 
 import aiohttp
+import yaml
 
 from netkit import __version__, yamlload
 from netkit.sources.kubeconfig import (
@@ -94,7 +95,7 @@ def _read_kubeconfig(path: str, context: str) -> ApiConfig:
         raise ApiConfigError(f"{source}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         doc = yamlload.safe_load(text)
-    except Exception as exc:  # yaml.YAMLError and its C loader's kin: any is "not YAML"
+    except yaml.YAMLError as exc:
         raise ApiConfigError(f"{source}: not YAML: {str(exc).splitlines()[0]}") from None
     return parse_kubeconfig(doc, base_dir=os.path.dirname(os.path.abspath(path)), context=context, source=source)
 
@@ -222,7 +223,6 @@ class ExecAuth:
         self.plugin, self._info, self._now = plugin, exec_info(plugin, config), now
         self._cached: tuple[Credential, datetime | None] | None = None
         self._lock = asyncio.Lock()
-        self.runs = 0  # how often the plugin ran (for tests and the log)
 
     async def credential(self) -> Credential:
         async with self._lock:  # reflectors starting together run the plugin once
@@ -241,7 +241,6 @@ class ExecAuth:
 
     async def _run(self) -> ExecCredential:
         p = self.plugin
-        self.runs += 1
         env = {**os.environ, **dict(p.env), "KUBERNETES_EXEC_INFO": self._info}
         try:
             proc = await asyncio.create_subprocess_exec(p.command, *p.args, env=env, stdin=asyncio.subprocess.DEVNULL,

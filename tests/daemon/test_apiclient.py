@@ -313,3 +313,10 @@ def test_an_authority_file_is_read_for_https_only_and_an_empty_one_means_the_sys
                 await get_json(write_kubeconfig(tmp_path / "e.conf", url, {"certificate-authority": "empty.crt"}, {}))
 
     run(scenario())
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_one_line(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.write_text("clusters: [unclosed\n")
+    with pytest.raises(ApiConfigError, match=f"^--kubeconfig {conf}: not YAML: [^\n]+$"):
+        run(connect(ApiSettings(kubeconfig=str(conf))))
