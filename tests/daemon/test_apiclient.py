@@ -217,9 +217,9 @@ def _stamp(delta: timedelta) -> str:
     return (datetime.now(UTC) + delta).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@pytest.mark.parametrize(("expiry", "runs"), [("", 1), (_stamp(timedelta(hours=1)), 1),
-                                              (_stamp(-timedelta(hours=1)), 3)])
-def test_an_exec_credential_is_kept_until_it_expires(tmp_path: Path, expiry: str, runs: int) -> None:
+@pytest.mark.parametrize(("hours", "runs"), [(None, 1), (1, 1), (-1, 3)], ids=["no-expiry", "valid", "expired"])
+def test_an_exec_credential_is_kept_until_it_expires(tmp_path: Path, hours: int | None, runs: int) -> None:
+    expiry = "" if hours is None else _stamp(timedelta(hours=hours))
     ca = trustme.CA()
     cluster = {"certificate-authority-data": b64(ca.cert_pem.bytes())}
 
