@@ -153,6 +153,7 @@ class Daemon:
         # its own (a restarted daemon reads every slice again, changed hours ago)
         self._started = time.time()
         self._syncing = False
+        self._gc_paused = False
         self._trigger_times: list[float] = []
         self._pending: dict[str, set[Any]] = {"Service": set(), "EndpointSlice": set()}
         self._rule_totals: dict[IPFamily, dict[str, int]] = {}
@@ -173,6 +174,7 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT) if self.options.handle_signals else ():
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
+        self._pause_gc()
         self.health.started()  # lastUpdated before the first sync, as kube-proxy's SyncLoop
         for f in self.options.families:  # kube-proxy synthesizes a queued time while informers sync
             self.metrics.family("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds", f).set(time.time())
@@ -204,6 +206,20 @@ class Daemon:
                 await asyncio.to_thread(self.conntrack.stop)
             if self._dns is not None:
                 await self._dns.close()
+            self._resume_gc()
+
+    def _pause_gc(self) -> None:
+        """Pause the cyclic garbage collector until the first sync has been tried. The start builds
+        millions of objects that live on (the lists decoded, NodeState, the compiled rules) and no
+        cycles worth collecting; with the collector on, its passes over that growing heap took about
+        half the CPU of decoding the lists at 10,000 Services (bench/coldstart.py)."""
+        self._gc_paused = gc.isenabled()
+        gc.disable()
+
+    def _resume_gc(self) -> None:
+        if self._gc_paused:
+            self._gc_paused = False
+            gc.enable()
 
     def _source(self) -> Source:
         if self.options.files:
@@ -417,6 +433,11 @@ class Daemon:
         result = await asyncio.to_thread(self.syncer.sync, state, full=full)
         self.last_result = result
         self._observe(result, pending)
+        if result.full and not result.error:
+            # The objects of a synced state live long and hold no cycles: keep the cyclic GC from
+            # walking hundreds of thousands of them on every later sync (a 0.2 s pause at 10k services).
+            gc.freeze()
+        self._resume_gc()
         if result.error:
             self._failed(result)
             self._trigger_times = pending + self._trigger_times  # measured once the change lands
@@ -432,10 +453,6 @@ class Daemon:
             # went since the last sync are checked with no endpoint
             self.conntrack.submit(to_check(self.state, state, every_port=result.full))
         previous, self.state = self.state, state
-        if result.full:
-            # The objects of a synced state live long and hold no cycles: keep the cyclic GC from
-            # walking hundreds of thousands of them on every later sync (a 0.2 s pause at 10k services).
-            gc.freeze()
         self.health.updated()
         changes = state.changes
         wanted = service_health_since(self.service_health.current, changes) \
