@@ -5,7 +5,9 @@ Theory of operation (client-go's reflector, on asyncio):
 1. **List** the resource in pages (`limit`/`continue`); the pages share one snapshot whose
    resourceVersion is the list's. A continue token that expired mid-list (410) restarts the list in one
    request without a limit, as client-go's pager does. Each page is decoded into netkit's values as it
-   arrives and its JSON dropped; nothing is delivered until the list is complete.
+   arrives and its JSON dropped; nothing is delivered until the list is complete. A page's items stay
+   JSON text until decoded: Services and EndpointSlices of the common shape go straight into the
+   model (`netkit.model.apidecode`, msgspec), any other item is parsed and read by `from_k8s`.
 2. Diff the list against the cache: objects that vanished are delivered as DELETED, new or changed ones
    as ADDED/MODIFIED, unchanged ones not at all. After the first complete list `synced` is set and a
    `Synced` event delivered.
@@ -29,8 +31,8 @@ is noticed without cutting a healthy, quiet stream; the library's own retries ar
 
 The transport is a small protocol (`ListWatch`); `KubeListWatch` implements it over netkit's own
 aiohttp client (`netkit.sources.apiclient`, through `netkit.sources.kube.list_call`), reading the
-responses as JSON dicts (generated model classes would cost time and memory and lose nothing netkit
-needs). Constructors do no IO; `Reflector.run()` works until cancelled.
+responses unparsed so that msgspec parses them (generated model classes would cost time and memory
+and lose nothing netkit needs). Constructors do no IO; `Reflector.run()` works until cancelled.
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
+import msgspec
 
 from netkit.errors import InvalidObject, Problem
-from netkit.model import from_k8s
+from netkit.model import apidecode, from_k8s
 from netkit.model.types import KubeObject, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -115,9 +118,27 @@ class ApiUnavailable(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    items: list[JSON]
+    """One page of a list. An item is its JSON text not yet parsed (a msgspec.Raw: a view into the
+    response) or, from a transport that has them so, its parsed dict."""
+
+    items: Sequence[JSON | msgspec.Raw]
     resource_version: str
     continue_token: str
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: str  # noqa: N815 (the API's field names)
+    continue_: str | None = msgspec.field(default=None, name="continue")
+
+
+class _List(msgspec.Struct):
+    """A list response: its items left as their JSON text, each parsed when the reflector decodes it."""
+
+    metadata: _ListMeta
+    items: list[msgspec.Raw]
+
+
+_LIST = msgspec.json.Decoder(_List)
 
 
 class ListWatch(Protocol):
@@ -150,14 +171,14 @@ class KubeListWatch:
         async with resp:
             await _check(resp)
             try:
-                body = await resp.json(content_type=None)
-            except (aiohttp.ClientError, ValueError, TimeoutError) as exc:
+                body = await resp.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 raise ApiUnavailable(f"list {self.kind}: {exc!r}") from exc
-        meta = body.get("metadata") or {} if isinstance(body, dict) else {}
-        items = body.get("items") if isinstance(body, dict) else None
-        if not isinstance(items, list) or not isinstance(meta.get("resourceVersion"), str):
-            raise ApiUnavailable(f"list {self.kind}: the response is not a list")
-        return Page(items, meta["resourceVersion"], str(meta.get("continue") or ""))
+        try:
+            listed = _LIST.decode(body)
+        except msgspec.DecodeError as exc:  # malformed JSON, or not a list (ValidationError)
+            raise ApiUnavailable(f"list {self.kind}: the response is not a list: {exc}") from exc
+        return Page(listed.items, listed.metadata.resourceVersion, listed.metadata.continue_ or "")
 
     @asynccontextmanager
     async def watch(self, resource_version: str, timeout_seconds: int,
@@ -352,11 +373,21 @@ class Reflector:
                 return fresh, invalid, page.resource_version
             token = page.continue_token
 
-    def _decode_page(self, items: list[JSON], fresh: dict[ObjectRef, tuple[KubeObject, ...]],
+    def _decode_page(self, items: Sequence[JSON | msgspec.Raw], fresh: dict[ObjectRef, tuple[KubeObject, ...]],
                      invalid: list[Invalid]) -> None:
         kind = self._lw.kind
+        typed = self._decode_object is decode_api  # netkit's model: apidecode reads it from the JSON text
         for item in items:
-            key, objects = self._decode({**item, "kind": kind}, invalid.append)
+            key: ObjectRef | None
+            objects: tuple[KubeObject, ...] | None
+            if isinstance(item, msgspec.Raw):
+                got = apidecode.decode(item, kind) if typed else None
+                if got is not None:
+                    key, objects = got[0], tuple(got[1])
+                else:  # not the common shape, or another decoder: from the parsed dict
+                    key, objects = self._decode({**msgspec.json.decode(item), "kind": kind}, invalid.append)
+            else:
+                key, objects = self._decode({**item, "kind": kind}, invalid.append)
             if key is None:
                 continue
             old = self._cache.objects.get(key)
