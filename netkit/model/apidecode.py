@@ -302,8 +302,12 @@ def _port_name(name: str | None) -> str:
 
 def _endpoint(e: _Endpoint) -> Endpoint:
     _check(e.addresses and e.hints is None and (not e.hostname or _DNS_LABEL.match(e.hostname)))
-    addresses = tuple(ipv4_fast(a) for a in e.addresses or ())
-    _check(None not in addresses)
+    addresses = []
+    for text in e.addresses or ():
+        address = ipv4_fast(text)
+        if address is None:  # tested by identity: `None in addresses` calls ipaddress's __eq__ for each
+            raise _Refused
+        addresses.append(address)
     cond = e.conditions
     ready = cond is None or cond.ready is not False
     serving = ready if cond is None or cond.serving is None else cond.serving
@@ -311,5 +315,5 @@ def _endpoint(e: _Endpoint) -> Endpoint:
     pod = ObjectRef(str(target.namespace or ""), target.name) \
         if target is not None and target.kind == "Pod" and isinstance(target.name, str) else None
     # Positional (Endpoint's field order), as k8s._plain_endpoint: 100,000 of them at 10k services.
-    return Endpoint(addresses, ready, serving, cond is not None and cond.terminating is True,  # type: ignore[arg-type]
+    return Endpoint(tuple(addresses), ready, serving, cond is not None and cond.terminating is True,
                     e.hostname or None, _interned(e.nodeName), _interned(e.zone), (), (), pod)
