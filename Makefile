@@ -1,6 +1,9 @@
 # The two commands of the quick start: `make demo` and `make test`. Each installs what it needs.
 PY := .venv/bin/python
 PYTEST_ARGS ?=
+# Two xdist workers per core: most of the host suite's time is spent waiting (lab clusters coming up,
+# the waits Kubernetes' e2e tests prescribe), not computing (CONTRIBUTING.md#where-the-time-goes).
+XDIST ?= $(shell echo $$(( 2 * $$(nproc) )))
 
 .PHONY: setup demo test test-host test-load test-vm unit lint commits bench-compile image clean
 
@@ -14,16 +17,16 @@ demo:
 # Host tests (unit, goldens, network namespaces) under xdist, then the IPVS tests inside one VM boot
 # (this kernel has no IPVS; vm-images/ builds a small VM from Debian's kernel, cached in .cache/vm).
 test: setup
-	$(PY) -m pytest -n auto --dist loadgroup -q $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n $(XDIST) --dist loadgroup -q $(PYTEST_ARGS) tests
 	vm-images/run-tests
 
 test-host: setup
-	$(PY) -m pytest -n auto --dist loadgroup -q $(PYTEST_ARGS) tests
+	$(PY) -m pytest -n $(XDIST) --dist loadgroup -q $(PYTEST_ARGS) tests
 
 # The host tests again with one core kept busy (scripts/with-cpu-hog): a test that assumes an idle
 # machine fails here. .ci/run runs it after `make test`.
 test-load: setup
-	scripts/with-cpu-hog $(PY) -m pytest -n auto --dist loadgroup -q $(PYTEST_ARGS) tests
+	scripts/with-cpu-hog $(PY) -m pytest -n $(XDIST) --dist loadgroup -q $(PYTEST_ARGS) tests
 
 test-vm: setup
 	vm-images/run-tests
