@@ -21,7 +21,8 @@ Theory of operation (client-go's reflector, on asyncio):
    vanished while the reflector could not see.
 5. Every object goes through `netkit.model.from_k8s` (or the decoder the reflector is given: cluster
    DNS keeps only the fields its answers read, netkit.dns.decode). An object equal to the cached one
-   is kept as the cached one, key included, so a relist holds one copy of every unchanged object.
+   is kept as the cached one, key included, so a relist holds one copy of every unchanged object;
+   the key is the object's own reference where it has one (Service, EndpointSlice, Pod).
    An invalid one is delivered as an `Invalid` event carrying the Problem and is left out; if an
    earlier version of the object was good, that version stays in force. Nothing a client sends can
    crash the reflector.
@@ -52,7 +53,7 @@ import msgspec
 
 from netkit.errors import InvalidObject, Problem
 from netkit.model import apidecode, from_k8s
-from netkit.model.types import KubeObject, ObjectRef
+from netkit.model.types import EndpointSlice, KubeObject, ObjectRef, Pod, Service
 
 log = logging.getLogger(__name__)
 
@@ -392,9 +393,10 @@ class Reflector:
                 continue
             old = self._cache.objects.get(key)
             if objects is not None:
-                fresh[key] = old if old == objects else objects  # unchanged: the cached one, one copy
+                kept = old if old == objects else objects  # unchanged: the cached one, one copy
+                fresh[_held_key(key, kept)] = kept
             elif old is not None:
-                fresh[key] = old  # invalid now: the last good version stays
+                fresh[_held_key(key, old)] = old  # invalid now: the last good version stays
 
     def _replace(self, fresh: dict[ObjectRef, tuple[KubeObject, ...]]) -> None:
         """Deliver what the list changed. An object still listed keeps the key it had (a sink keeps the
@@ -462,6 +464,7 @@ class Reflector:
         old = self._cache.objects.get(key)
         if old == objects:
             return
+        key = _held_key(key, objects)
         self._cache.objects[key] = objects
         self._sink(Update(self.resource, key, EventType.MODIFIED if old is not None else EventType.ADDED,
                           objects))
@@ -483,6 +486,13 @@ class Reflector:
             log.warning("%s: invalid object left out: %s", self.resource, exc.problem)
             (invalid or self._sink)(Invalid(self.resource, key or ObjectRef("", "?"), exc.problem))
             return key, None
+
+
+def _held_key(key: ObjectRef, objects: tuple[KubeObject, ...]) -> ObjectRef:
+    """`key`, or the equal reference its object already holds: one object for both, not a key of its
+    own per object (at 70,000 objects ~10 MiB), and a relist's keys are the ones already held."""
+    ref = objects[0].ref if objects and isinstance(objects[0], Service | EndpointSlice | Pod) else None
+    return ref if ref is not None and ref == key else key
 
 
 def _key(obj: JSON) -> ObjectRef | None:

@@ -147,3 +147,29 @@ def test_a_relist_keeps_answering_from_the_old_objects_until_the_new_list_is_com
     assert got["after"]["svc-0.ns.svc.cluster.local"] is Rcode.NXDOMAIN  # gone once the list is complete
     assert got["after"]["10-244-0-1.ns.pod.cluster.local"] is Rcode.NXDOMAIN
     assert got["after"]["svc-2.ns.svc.cluster.local"] is Rcode.NOERROR
+
+
+def test_a_relist_keeps_each_object_under_its_own_reference_as_key() -> None:
+    """The reflector's and the store's key of an object is the object's own (interned) reference, not
+    a key object of its own; a relist brings no new keys, nor new objects for unchanged ones."""
+    async def scenario() -> tuple[dict[ObjectRef, Any], dict[ObjectRef, Any], ClusterStore]:
+        store, lw = ClusterStore(), PagedList("Pod", [pod(i) for i in range(3)], [pod(i) for i in range(4)])
+        reflector = Reflector("pods", lw, store.apply, ReflectorOptions(page_size=1))
+        task = asyncio.create_task(reflector.run())
+        try:
+            await lw.held.wait()
+            first = reflector.snapshot()
+            lw.release.set()
+            for _ in range(100):
+                await asyncio.sleep(0)
+                if len(store) == 4:
+                    break
+            return first, reflector.snapshot(), store
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    first, after, store = asyncio.run(scenario())
+    assert len(first) == 3 and len(after) == 4 and len(store) == 4
+    assert all(key is objects[0].ref for key, objects in after.items())
+    assert all(next(k for k in after if k == key) is key and after[key] is objects for key, objects in first.items())
