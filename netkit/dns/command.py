@@ -61,7 +61,7 @@ from netkit.dns.upstream import (
     resolv_conf_upstreams,
 )
 from netkit.dns.view import MAX_TTL as MAX_RECORD_TTL
-from netkit.dns.view import Options, PodMode, View, build
+from netkit.dns.view import Options, PodMode, View, Views
 from netkit.errors import NetkitError, listening
 from netkit.model import Objects
 from netkit.model.types import IPAddress
@@ -231,6 +231,7 @@ class _Source:
     def __init__(self, config: DnsConfig) -> None:
         self.key = _source_key(config)
         self.synced = False
+        self.ahead: View | None = None  # built for the next configuration by a reload; its server takes it
         self.store: Store | ClusterStore
         if config.files:
             from netkit.sources.files import FileSource
@@ -275,13 +276,12 @@ async def _serve(config: DnsConfig, flags: DnsConfig) -> int:
     source: _Source | None = None
     metrics: DnsMetrics | None = None
     running: DnsConfig | None = None  # the configuration a reload replaces, until the new one starts
-    view: View | None = None
     try:
         while True:
             if source is None or source.key != _source_key(config):
                 if source is not None:
                     await source.close()
-                source, view = _Source(config), None
+                source = _Source(config)
             label = _server_label(parse_address(config.listen))
             plugins = plugins_enabled(config)
             if metrics is None or (metrics.server, metrics.plugins) != (label, plugins):
@@ -290,18 +290,19 @@ async def _serve(config: DnsConfig, flags: DnsConfig) -> int:
                 metrics.reload_failed = failed
             metrics.reload_digest = config.conf_digest if config.reload > 0 else ""
             try:
-                outcome = await _run(config, flags, source, stop, metrics, view)
+                outcome = await _run(config, flags, source, stop, metrics)
             except _CannotStart as exc:
                 if running is None:
                     raise NetkitError(str(exc)) from None
                 metrics.reload_failed += 1
                 _say(f"[ERROR] plugin/reload: {exc}; starting the previous Corefile again")
-                config, running, view = running, None, None
+                config, running, source.ahead = running, None, None
                 continue
             if outcome is None:
                 return 0
             _say(f"reloading {config.conf}")
-            running, (config, view) = config, outcome
+            running, (config, source.ahead) = config, outcome
+            del outcome  # the view is the next server's: no reference here outlives its swap
     finally:
         if source is not None:
             await source.close()
@@ -311,14 +312,19 @@ class _CannotStart(NetkitError):
     """The server's sockets cannot be opened (a port in use, an address not on this host)."""
 
 
-async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: asyncio.Event, metrics: DnsMetrics,
-               view: View | None) -> tuple[DnsConfig, View | None] | None:
+async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: asyncio.Event,
+               metrics: DnsMetrics) -> tuple[DnsConfig, View | None] | None:
     """One configuration's server until SIGTERM (None: after the lameduck) or a new Corefile (returned
-    with its view when the source stays). `view`: already built for this configuration."""
+    with its view when the source stays). `source.ahead`: a view already built for this configuration.
+
+    The server's engine holds the only reference to the view it answers from: a view kept in a
+    variable here would stay alive beside every later one (at 10,000 Services and 50,000 Pods,
+    ~50 MiB more resident after the first change)."""
     options, http = _options(config), _http_addresses(config)
     listen = parse_address(config.listen)
     cache = ForwardCache(metrics, cache_options(config))
     engine = Engine(options, metrics=metrics)
+    views = Views(options)  # a rebuild reuses what did not change
     engine.rewrite = config.rewrite
     server = DnsServer(engine, listen, _router(config, metrics),
                        tcp_idle=config.tcp_idle_timeout, max_tcp=max(1, config.tcp_max_connections), cache=cache,
@@ -328,8 +334,9 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
             addr = await server.start()  # SERVFAIL until the first complete view below
     except (NetkitError, OSError) as exc:
         raise _CannotStart(str(exc)) from None
-    if view is not None:
-        server.set_view(view)
+    if source.ahead is not None:
+        server.set_view(source.ahead)
+        source.ahead = None
     runners: list[web.AppRunner] = []
     tasks: list[asyncio.Task[Any]] = []
     if config.hosts is not None:
@@ -353,10 +360,10 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
             tasks.append(asyncio.create_task(_watch(config, flags, reloads, metrics)))
         if not await source.first_sync(stop):
             return None
-        if view is None:
-            view = await _install(server, source.store, config)
+        if server.engine.view is None:
+            await _install(server, source.store, config, views)
         _say(f"serving {name_to_text(options.zone)} on {addr} (UDP and TCP), "
-             f"{len(view.services)} services, upstreams: {', '.join(map(str, server.forwarder.usable)) or 'none'}")
+             f"{_services(server)} services, upstreams: {', '.join(map(str, server.forwarder.usable)) or 'none'}")
         if config.loop_check:
             tasks.append(asyncio.create_task(_check_loops(server)))
         while True:
@@ -374,7 +381,7 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
                 return following, ahead
             started = time.monotonic()
             _report(source.store)
-            await _install(server, source.store, config)
+            await _install(server, source.store, config, views)
             # Changes that arrive meanwhile coalesce into the next view (a view of 10,000 services
             # takes ~0.1 s to build), so a churning cluster costs DNS at most a fraction of its time.
             await asyncio.sleep(max(0.0, REBUILD_INTERVAL - (time.monotonic() - started)))
@@ -387,21 +394,24 @@ async def _run(config: DnsConfig, flags: DnsConfig, source: _Source, stop: async
         await server.close()
 
 
-async def _install(server: DnsServer, store: Store | ClusterStore, config: DnsConfig) -> View:
+async def _install(server: DnsServer, store: Store | ClusterStore, config: DnsConfig, views: Views) -> None:
     """Build the view from the store's snapshot on a worker thread (the loop keeps answering), then
     swap it in."""
     store.take_changes()
-    view = await asyncio.to_thread(_build, store.objects(), config)
-    server.set_view(view)
+    server.set_view(await asyncio.to_thread(_build, store.objects(), config, views))
     trim()  # the view replaced and the lists' pages are garbage now: give their pages back
-    return view
 
 
-def _build(objects: Objects, config: DnsConfig) -> View:
-    """The view of what the configuration exposes (the kubernetes plugin's namespaces, labels, noendpoints)."""
+def _services(server: DnsServer) -> int:
+    return len(server.engine.view.services) if server.engine.view is not None else 0
+
+
+def _build(objects: Objects, config: DnsConfig, views: Views | None = None) -> View:
+    """The view of what the configuration exposes (the kubernetes plugin's namespaces, labels, noendpoints);
+    `views`: the builder of the views before it (else one of its own)."""
     shown = scoped(objects, frozenset(config.namespaces), parse_selector(config.labels) if config.labels else (),
                    endpoints=not config.noendpoints)
-    return build(shown, _options(config), int(time.time()))
+    return (views or Views(_options(config))).build(shown, int(time.time()))
 
 
 def _stop_event() -> asyncio.Event:

@@ -6,6 +6,14 @@ ready; every endpoint when the service publishes not-ready addresses), names eac
 `hostname`, else its address with dashes, as CoreDNS does), and builds the reverse map from cluster
 addresses to names. A View is a value: the resolver only reads it, and the server swaps a whole View
 in at once, so a query never sees half an update.
+
+`Views` builds a cluster's successive views and makes each rebuild cost what changed: a service's
+Entry is the previous one when its Service and EndpointSlices are the very objects it was built from
+(the reflectors keep an unchanged object as the one they held, netkit.sources.reflector), and a
+reverse name list equal to the previous view's is the previous one. The old view answers while the
+new one is built, so both are held for a moment; they share all but the new maps, the changed
+services and the pod set (at 10,000 Services and 50,000 Pods, ~10 MiB instead of a second view's
+~35 MiB). What `Views.build` returns equals what `build` returns for the same objects.
 """
 
 from __future__ import annotations
@@ -102,21 +110,46 @@ class View:
 
 
 def build(objects: Objects, options: Options, serial: int = 1) -> View:
-    slices = _slices_by_service(objects.slices)
-    services = {}
-    for svc in objects.services:
-        key = (svc.ref.namespace, svc.ref.name)
-        services[key] = _entry(svc, slices.get(key, []), options)
-    return View(
-        options=options,
-        serial=serial,
-        services=MappingProxyType(services),
-        namespaces=frozenset(_namespaces(objects)),
-        reverse=MappingProxyType(_reverse(services.values())),
-        pods=frozenset(_pods(objects)),
-        nameservers=_nameservers(services, options.local_ips),
-        pod_namespaces=MappingProxyType(_pod_namespaces(objects) if options.autopath else {}),
-    )
+    return Views(options).build(objects, serial)
+
+
+class Views:
+    """Successive views of one cluster with one set of options, each built from the objects alone
+    (as `build`), the previous one's unchanged parts reused. Builds must not overlap."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        # (namespace, name) → the Service and EndpointSlices the entry was built from, and the entry
+        self._made: dict[tuple[str, str], tuple[Service, list[EndpointSlice], Entry]] = {}
+        self._reverse: Mapping[IPAddress, tuple[Name, ...]] = {}
+
+    def build(self, objects: Objects, serial: int = 1) -> View:
+        slices = _slices_by_service(objects.slices)
+        made: dict[tuple[str, str], tuple[Service, list[EndpointSlice], Entry]] = {}
+        for svc in objects.services:
+            key = (svc.ref.namespace, svc.ref.name)
+            mine = slices.get(key, [])
+            before = self._made.get(key)
+            reuse = before is not None and before[0] is svc and _same(before[1], mine)
+            made[key] = (svc, mine, before[2] if before is not None and reuse else _entry(svc, mine, self.options))
+        del slices
+        self._made = made
+        services = {key: entry for key, (_, _, entry) in made.items()}
+        reverse = self._reverse = MappingProxyType(_reverse(services.values(), self._reverse))
+        return View(
+            options=self.options,
+            serial=serial,
+            services=MappingProxyType(services),
+            namespaces=frozenset(_namespaces(objects)),
+            reverse=reverse,
+            pods=frozenset(_pods(objects)),
+            nameservers=_nameservers(services, self.options.local_ips),
+            pod_namespaces=MappingProxyType(_pod_namespaces(objects) if self.options.autopath else {}),
+        )
+
+
+def _same(before: list[EndpointSlice], now: list[EndpointSlice]) -> bool:
+    return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))
 
 
 def _slices_by_service(slices: Iterable[EndpointSlice]) -> dict[tuple[str, str], list[EndpointSlice]]:
@@ -174,22 +207,35 @@ def _namespaces(objects: Objects) -> Iterable[str]:
     yield from (p.ref.namespace for p in objects.pods)
 
 
-def _reverse(entries: Iterable[Entry]) -> dict[IPAddress, tuple[Name, ...]]:
+def _reverse(entries: Iterable[Entry], before: Mapping[IPAddress, tuple[Name, ...]],
+             ) -> dict[IPAddress, tuple[Name, ...]]:
     """Cluster IPs → the service name; other ready endpoint addresses → their host names.
 
     As CoreDNS's serviceRecordForIP: a cluster IP names its (first) service alone; an address that is
-    no cluster IP names every endpoint with it, of ClusterIP and headless services alike."""
+    no cluster IP names every endpoint with it, of ClusterIP and headless services alike. A list of
+    names equal to the one `before` is that one (one name per address is the rule: it is checked,
+    and dropped, as it is made)."""
     services: dict[IPAddress, Name] = {}
-    endpoints: dict[IPAddress, list[Name]] = {}
+    out: dict[IPAddress, tuple[Name, ...]] = {}
     for e in entries:
         for addr in e.addresses:
             services.setdefault(addr, e.name)
         for host in e.hosts.values():
             for addr in host.addresses:
-                endpoints.setdefault(addr, []).append((host.label, *e.name))
-    out = {addr: tuple(dict.fromkeys(names)) for addr, names in endpoints.items()}
-    out.update((addr, (name,)) for addr, name in services.items())
+                name = (host.label, *e.name)
+                have = out.get(addr)
+                if have is None:
+                    out[addr] = _previous(before, addr, (name,))
+                elif name not in have:
+                    out[addr] = (*have, name)
+    out.update((addr, _previous(before, addr, (name,))) for addr, name in services.items())
     return out
+
+
+def _previous(before: Mapping[IPAddress, tuple[Name, ...]], addr: IPAddress,
+              names: tuple[Name, ...]) -> tuple[Name, ...]:
+    old = before.get(addr)
+    return old if old == names and old is not None else names
 
 
 def _nameservers(services: Mapping[tuple[str, str], Entry], local: tuple[IPAddress, ...]) -> tuple[IPAddress, ...]:
