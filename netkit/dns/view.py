@@ -97,6 +97,43 @@ class Entry:
         return self.kind is not Kind.HEADLESS or bool(self.hosts)
 
 
+class PodAddresses:
+    """The (namespace, address) pairs of the known pods (`pods verified`): `(ns, addr) in pods`. Held
+    as address → namespace (a frozenset of namespaces for an address pods of several share), the
+    namespace being the objects' own string, so a view holds no pair per pod: one dict entry each,
+    and a rebuild allocates nothing per pod that outlives it."""
+
+    __slots__ = ("_found",)
+
+    def __init__(self, pairs: Iterable[tuple[str, IPAddress]] = ()) -> None:
+        found: dict[IPAddress, str | frozenset[str]] = {}
+        for namespace, addr in pairs:
+            have = found.setdefault(addr, namespace)
+            if isinstance(have, str):
+                if have != namespace:
+                    found[addr] = frozenset((have, namespace))
+            elif namespace not in have:
+                found[addr] = have | {namespace}
+        self._found = found
+
+    def __contains__(self, pair: object) -> bool:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            return False
+        have = self._found.get(pair[1])
+        return have == pair[0] if isinstance(have, str) else have is not None and pair[0] in have
+
+    def __len__(self) -> int:
+        return sum(1 if isinstance(n, str) else len(n) for n in self._found.values())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PodAddresses) and self._found == other._found
+
+    __hash__ = None  # type: ignore[assignment]  # equal by content, as the view's other maps
+
+    def __repr__(self) -> str:
+        return f"PodAddresses({len(self)} pairs)"
+
+
 @dataclass(frozen=True, slots=True)
 class View:
     options: Options
@@ -104,7 +141,7 @@ class View:
     services: Mapping[tuple[str, str], Entry]  # (namespace, name) → Entry
     namespaces: frozenset[str]
     reverse: Mapping[IPAddress, tuple[Name, ...]]
-    pods: frozenset[tuple[str, IPAddress]]  # (namespace, address) of known pods (pods verified)
+    pods: PodAddresses  # (namespace, address) of known pods (pods verified)
     nameservers: tuple[IPAddress, ...] = ()  # the addresses of ns.dns.<zone>
     pod_namespaces: Mapping[IPAddress, str] = field(default_factory=dict)  # pod IP → namespace (autopath)
 
@@ -130,8 +167,10 @@ class Views:
             key = (svc.ref.namespace, svc.ref.name)
             mine = slices.get(key, [])
             before = self._made.get(key)
-            reuse = before is not None and before[0] is svc and _same(before[1], mine)
-            made[key] = (svc, mine, before[2] if before is not None and reuse else _entry(svc, mine, self.options))
+            if before is not None and before[0] is svc and _same(before[1], mine):
+                made[key] = before  # nothing new is kept for it
+            else:
+                made[key] = (svc, mine, _entry(svc, mine, self.options))
         del slices
         self._made = made
         services = {key: entry for key, (_, _, entry) in made.items()}
@@ -142,7 +181,7 @@ class Views:
             services=MappingProxyType(services),
             namespaces=frozenset(_namespaces(objects)),
             reverse=reverse,
-            pods=frozenset(_pods(objects)),
+            pods=PodAddresses(_pods(objects)),
             nameservers=_nameservers(services, self.options.local_ips),
             pod_namespaces=MappingProxyType(_pod_namespaces(objects) if self.options.autopath else {}),
         )
@@ -270,4 +309,5 @@ def _pods(objects: Objects) -> Iterable[tuple[str, IPAddress]]:
                 yield from ((ep.target_ref.namespace, a) for a in ep.addresses)
 
 
-__all__ = ["Entry", "Host", "Kind", "Options", "PodMode", "Port", "View", "build", "reverse_name"]
+__all__ = ["Entry", "Host", "Kind", "Options", "PodAddresses", "PodMode", "Port", "View", "Views", "build",
+           "reverse_name"]

@@ -9,7 +9,7 @@ from ipaddress import IPv4Address
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netkit.dns.view import Options, PodMode, Views, build
+from netkit.dns.view import Options, PodAddresses, PodMode, Views, build
 from netkit.model.types import (
     AddressType,
     Endpoint,
@@ -109,3 +109,14 @@ def test_a_relist_of_an_unchanged_cluster_reuses_every_entry_and_reverse_name() 
     assert second == first and second.services is not first.services
     assert all(second.services[k] is e for k, e in first.services.items())
     assert all(second.reverse[a] is names for a, names in first.reverse.items())
+
+
+NAMESPACES = ("ns-a", "ns-b", "ns-c")
+
+
+@given(st.lists(st.tuples(st.sampled_from(NAMESPACES), st.integers(0, 3))))
+def test_pod_addresses_hold_exactly_the_pairs_given(pairs: list[tuple[str, int]]) -> None:
+    held = PodAddresses((ns, ip(n)) for ns, n in pairs)
+    expected = {(ns, ip(n)) for ns, n in pairs}
+    assert {(ns, ip(n)) for ns in NAMESPACES for n in range(4) if (ns, ip(n)) in held} == expected
+    assert len(held) == len(expected) and ("ns-a",) not in held and held == PodAddresses(sorted(expected))
