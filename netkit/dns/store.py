@@ -13,12 +13,16 @@ objects answer until the new list is complete — as client-go's `Replace` into 
 and no name is NXDOMAIN for the length of a relist.
 
 `objects()` is the snapshot the view is built from, each kind in namespace/name order, cached until
-the next change. The store is plain data plus two asyncio.Events; it does no IO and never blocks.
+the next change. The order is a sorted list of keys per resource, kept by bisection as keys come
+and go (a list arrives in the API's order, the same, so its keys are appended): sorting 70,000
+objects anew on every change would cost ~6 MiB of sort keys at the moment the next view is built.
+The store is plain data plus two asyncio.Events; it does no IO and never blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 from collections.abc import Mapping
 from typing import TypeVar
 
@@ -38,6 +42,7 @@ class ClusterStore(SyncState):
     def __init__(self) -> None:
         super().__init__()
         self._resources: dict[str, dict[ObjectRef, tuple[KubeObject, ...]]] = {}
+        self._order: dict[str, list[ObjectRef]] = {}  # each resource's keys, sorted
         self._problems: dict[Key, Problem] = {}
         self._snapshot: Objects | None = None
         self._changed = asyncio.Event()
@@ -45,10 +50,14 @@ class ClusterStore(SyncState):
     def apply(self, event: ReflectorEvent) -> None:
         if isinstance(event, Update):
             objects = self._resources.setdefault(event.resource, {})
+            order = self._order.setdefault(event.resource, [])
             if event.type is EventType.DELETED:
                 if objects.pop(event.key, None) is None:
                     return
+                del order[bisect.bisect_left(order, event.key)]
             else:
+                if event.key not in objects:
+                    _insert(order, event.key)
                 objects[event.key] = event.objects
             self._problems.pop((event.resource, event.key), None)
             self._snapshot = None
@@ -73,15 +82,18 @@ class ClusterStore(SyncState):
 
     def objects(self) -> Objects:
         if self._snapshot is None:
-            found: list[KubeObject] = [o for resource in self._resources.values()
-                                       for _, objs in sorted(resource.items(), key=_order) for o in objs]
+            found: list[KubeObject] = [o for name, resource in self._resources.items()
+                                       for key in self._order[name] for o in resource[key]]
             self._snapshot = Objects(services=_only(found, Service), slices=_only(found, EndpointSlice),
                                      pods=_only(found, Pod), namespaces=_only(found, Namespace))
         return self._snapshot
 
 
-def _order(item: tuple[ObjectRef, object]) -> tuple[str, str]:
-    return item[0].namespace, item[0].name
+def _insert(order: list[ObjectRef], key: ObjectRef) -> None:
+    if not order or order[-1] < key:
+        order.append(key)
+    else:
+        bisect.insort(order, key)
 
 
 def _only(found: list[KubeObject], kind: type[T]) -> tuple[T, ...]:

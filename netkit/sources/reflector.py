@@ -399,26 +399,21 @@ class Reflector:
                 fresh[_held_key(key, old)] = old  # invalid now: the last good version stays
 
     def _replace(self, fresh: dict[ObjectRef, tuple[KubeObject, ...]]) -> None:
-        """Deliver what the list changed. An object still listed keeps the key it had (a sink keeps the
-        keys it was given, so the new list's equal keys would otherwise be held twice)."""
-        old = self._cache.objects
-        kept: dict[ObjectRef, tuple[KubeObject, ...]] = {}
-        changed: list[ObjectRef] = []
-        for key, objects in old.items():
-            now = fresh.get(key)
-            if now is None:
-                self._sink(Update(self.resource, key, EventType.DELETED, objects))
-                continue
-            kept[key] = now
-            if now is not objects:  # equal objects are the cached ones (`_decode_page`)
-                changed.append(key)
+        """Deliver what the list changed, and make the cache the list, in place (a new dict beside the
+        old one and the list's would be a third one of the resource's size). An object still listed
+        keeps the key it had (a sink keeps the keys it was given, so the new list's equal keys would
+        otherwise be held twice)."""
+        held = self._cache.objects
+        for key in [k for k in held if k not in fresh]:
+            self._sink(Update(self.resource, key, EventType.DELETED, held.pop(key)))
+        changed = [k for k, objects in held.items() if fresh[k] is not objects]  # equal ones are the cached ones
         for key in changed:
-            self._sink(Update(self.resource, key, EventType.MODIFIED, kept[key]))
+            held[key] = fresh[key]
+            self._sink(Update(self.resource, key, EventType.MODIFIED, held[key]))
         for key, objects in fresh.items():
-            if key not in old:
-                kept[key] = objects
+            if key not in held:
+                held[key] = objects
                 self._sink(Update(self.resource, key, EventType.ADDED, objects))
-        self._cache.objects = kept
 
     # watch
 

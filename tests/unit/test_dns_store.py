@@ -8,13 +8,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from netkit.dns.decode import decode, decode_unlabelled
 from netkit.dns.names import name_from_text
 from netkit.dns.resolver import Rcode, resolve
 from netkit.dns.store import ClusterStore
 from netkit.dns.view import Options, PodMode, build
 from netkit.model.types import Endpoint, EndpointSlice, ObjectRef, Pod, Service
-from netkit.sources.reflector import JSON, Gone, Page, Reflector, ReflectorOptions
+from netkit.sources.reflector import JSON, EventType, Gone, Page, Reflector, ReflectorOptions, Update
 
 OPTIONS = Options(pods=PodMode.VERIFIED)
 
@@ -173,3 +176,18 @@ def test_a_relist_keeps_each_object_under_its_own_reference_as_key() -> None:
     assert len(first) == 3 and len(after) == 4 and len(store) == 4
     assert all(key is objects[0].ref for key, objects in after.items())
     assert all(next(k for k in after if k == key) is key and after[key] is objects for key, objects in first.items())
+
+
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["a", "b", "c"]), st.integers(0, 5))))
+def test_the_snapshot_is_in_namespace_name_order_whatever_the_order_of_events(
+        events: list[tuple[bool, str, int]]) -> None:
+    store, held = ClusterStore(), {}
+    for added, namespace, n in events:
+        key = ObjectRef(namespace, f"pod-{n}")
+        kind = EventType.ADDED if added else EventType.DELETED
+        store.apply(Update("pods", key, kind, (Pod(key),) if added else ()))
+        if added:
+            held[key] = Pod(key)
+        else:
+            held.pop(key, None)
+    assert store.objects().pods == tuple(held[k] for k in sorted(held, key=lambda k: (k.namespace, k.name)))
