@@ -150,6 +150,9 @@ def build(objects: Objects, options: Options, serial: int = 1) -> View:
     return Views(options).build(objects, serial)
 
 
+_Made = tuple[tuple[str, str], Service, list[EndpointSlice], Entry]
+
+
 class Views:
     """Successive views of one cluster with one set of options, each built from the objects alone
     (as `build`), the previous one's unchanged parts reused. Builds must not overlap."""
@@ -157,23 +160,25 @@ class Views:
     def __init__(self, options: Options) -> None:
         self.options = options
         # (namespace, name) → the Service and EndpointSlices the entry was built from, and the entry
-        self._made: dict[tuple[str, str], tuple[Service, list[EndpointSlice], Entry]] = {}
+        # (namespace, name) → that key, the Service and EndpointSlices its entry was built from, the entry
+        self._made: dict[tuple[str, str], _Made] = {}
         self._reverse: Mapping[IPAddress, tuple[Name, ...]] = {}
 
     def build(self, objects: Objects, serial: int = 1) -> View:
         slices = _slices_by_service(objects.slices)
-        made: dict[tuple[str, str], tuple[Service, list[EndpointSlice], Entry]] = {}
+        made: dict[tuple[str, str], _Made] = {}
         for svc in objects.services:
             key = (svc.ref.namespace, svc.ref.name)
             mine = slices.get(key, [])
             before = self._made.get(key)
-            if before is not None and before[0] is svc and _same(before[1], mine):
-                made[key] = before  # nothing new is kept for it
+            if before is not None and before[1] is svc and _same(before[2], mine):
+                made[before[0]] = before  # nothing new is kept for it, not even its key
             else:
-                made[key] = (svc, mine, _entry(svc, mine, self.options))
+                key = before[0] if before is not None else key
+                made[key] = (key, svc, mine, _entry(svc, mine, self.options))
         del slices
         self._made = made
-        services = {key: entry for key, (_, _, entry) in made.items()}
+        services = {key: entry for key, (_, _, _, entry) in made.items()}
         reverse = self._reverse = MappingProxyType(_reverse(services.values(), self._reverse))
         return View(
             options=self.options,

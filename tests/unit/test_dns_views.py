@@ -108,6 +108,7 @@ def test_a_relist_of_an_unchanged_cluster_reuses_every_entry_and_reverse_name() 
     second = views.build(objects(apply(held, {slot: None for slot in SLOTS})))
     assert second == first and second.services is not first.services
     assert all(second.services[k] is e for k, e in first.services.items())
+    assert all(any(k is key for k in first.services) for key in second.services)  # the keys too
     assert all(second.reverse[a] is names for a, names in first.reverse.items())
 
 
