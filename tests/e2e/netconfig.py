@@ -25,6 +25,8 @@ from .conftest import POLL, get, pods_of, start_serve_hostname
 HTTP_PORT, UDP_PORT = 80, 90  # e2enetwork.ClusterHTTPPort, ClusterUDPPort
 ENDPOINT_HTTP_PORT, ENDPOINT_UDP_PORT = 8083, 8081  # e2enetwork.EndpointHTTPPort, EndpointUDPPort
 DIAL_TIMEOUT = 5.0  # netexec's dialHTTP / dialUDP
+NODE_DIAL_TIMEOUT = 1.0  # DialFromNode's `nc -w 1`, `curl --connect-timeout 1`
+UNANSWERED_TRIES = 10  # "should update nodePort": the deleted node port does not answer 10 tries
 SESSION_AFFINITY_CHECKS = 10  # e2enetwork.SessionAffinityChecks
 
 
@@ -77,11 +79,12 @@ def family(ip: str) -> int:
     return socket.AF_INET6 if ip_address(ip).version == 6 else socket.AF_INET
 
 
-def dial_http(record: Record, where: str, ip: str, port: int, path: str) -> str | None:
+def dial_http(record: Record, where: str, ip: str, port: int, path: str,
+              timeout: float = DIAL_TIMEOUT) -> str | None:
     """netexec's dialHTTP: GET http://ip:port/path from `where`; the body, None on an error."""
     try:
         with socket_in(netns(record, where), family(ip), socket.SOCK_STREAM) as sock:
-            sock.settimeout(DIAL_TIMEOUT)
+            sock.settimeout(timeout)
             sock.connect((ip, port))
             sock.sendall(f"GET /{path} HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n".encode())
             data = b""
@@ -93,11 +96,12 @@ def dial_http(record: Record, where: str, ip: str, port: int, path: str) -> str 
     return body.decode(errors="replace") if head.startswith(b"HTTP/1.1 200") else None
 
 
-def dial_udp(record: Record, where: str, ip: str, port: int, request: str) -> str | None:
+def dial_udp(record: Record, where: str, ip: str, port: int, request: str,
+             timeout: float = DIAL_TIMEOUT) -> str | None:
     """netexec's dialUDP: `request` as one datagram; the answer (up to 2048 bytes), None without one."""
     try:
         with socket_in(netns(record, where), family(ip), socket.SOCK_DGRAM) as sock:
-            sock.settimeout(DIAL_TIMEOUT)
+            sock.settimeout(timeout)
             sock.connect((ip, port))
             sock.send(request.encode())
             return sock.recv(2048).decode(errors="replace") or None
@@ -105,10 +109,11 @@ def dial_udp(record: Record, where: str, ip: str, port: int, request: str) -> st
         return None
 
 
-def dial(record: Record, where: str, proto: str, ip: str, port: int, request: str, tries: int) -> set[str]:
+def dial(record: Record, where: str, proto: str, ip: str, port: int, request: str, tries: int,
+         timeout: float = DIAL_TIMEOUT) -> set[str]:
     """The answers to `tries` dials (a failed dial answers nothing, as upstream's /dial)."""
     send = dial_http if proto == "http" else dial_udp
-    return {r for r in (send(record, where, ip, port, request) for _ in range(tries)) if r is not None}
+    return {r for r in (send(record, where, ip, port, request, timeout) for _ in range(tries)) if r is not None}
 
 
 def dials_to(record: Record, where: str, proto: str, ip: str, port: int, expected: frozenset[str],
@@ -146,6 +151,20 @@ def update_endpoints(record: Record, kubectl: Kubectl, exec_pod: str, proto: str
     remaining = frozenset(pods_of(record, app))
     assert len(remaining) == len(net.endpoints) - 1
     dials_to(record, exec_pod, proto, net.cluster_ips[family], port, remaining)
+
+
+def update_node_port(record: Record, kubectl: Kubectl, proto: str, app: str) -> None:
+    """"should update nodePort": a configuration of its own (`app`, its Services prefixed `app-`);
+    DialFromNode (from the first node's host network) to that node's address at the node port:
+    every netserver answers; the NodePort Service deleted (DeleteNodePortService), within the poll
+    bound (upstream sleeps 15 s) 10 dials there are answered by nothing."""
+    net = networking_config(record, kubectl, app, prefix=f"{app}-")
+    node, ip = fresh(record).cluster.nodes[0].name, net.node_ips[0]
+    port = net.node_http_port if proto == "http" else net.node_udp_port
+    dials_to(record, node, proto, ip, port, net.endpoints)
+    kubectl("delete", "service", f"{app}-node-port-service")
+    assert eventually(lambda: not dial(record, node, proto, ip, port, "hostname", UNANSWERED_TRIES, NODE_DIAL_TIMEOUT),
+                      POLL, f"{proto} {ip}:{port} answering nothing after the Service's deletion")
 
 
 def affinity_check(record: Record, pod: str, proto: str, net: Networking, family: int = 0) -> None:

@@ -24,6 +24,7 @@ from .netconfig import (
     networking_config,
     service_checks,
     update_endpoints,
+    update_node_port,
 )
 
 pytestmark = pytest.mark.netns
@@ -109,6 +110,20 @@ def test_update_endpoints_http(cluster: Record, kubectl: Kubectl, exec_pod: str)
 def test_update_endpoints_udp(cluster: Record, kubectl: Kubectl, exec_pod: str) -> None:
     """Networking Granular Checks: Services should update endpoints: udp."""
     update_endpoints(cluster, kubectl, exec_pod, "udp", "nettest-update-udp")
+
+
+@pytest.mark.upstream("Granular Checks: Services should update nodePort: http [Slow]")
+def test_update_node_port_http(cluster: Record, kubectl: Kubectl) -> None:
+    """Networking Granular Checks: Services should update nodePort: http [Slow]: from a node, every
+    netserver answers at the node's address and the node port; after the NodePort Service is
+    deleted, nothing answers there."""
+    update_node_port(cluster, kubectl, "http", "nettest-nodeport-http")
+
+
+@pytest.mark.upstream("Granular Checks: Services should update nodePort: udp [Slow]")
+def test_update_node_port_udp(cluster: Record, kubectl: Kubectl) -> None:
+    """Networking Granular Checks: Services should update nodePort: udp [Slow]."""
+    update_node_port(cluster, kubectl, "udp", "nettest-nodeport-udp")
 
 
 @pytest.mark.upstream("Granular Checks: Services "
