@@ -52,6 +52,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+# The clusters live in a state directory of the benchmark's own, never in the machine's
+# /run/netkit-lab where a user's own clusters are (netkit.lab reads the variable when imported).
+OWN_STATE = "" if os.environ.get("NETKIT_LAB_STATE_DIR") else tempfile.mkdtemp(prefix="netkit-bench-cluster-")
+if OWN_STATE:
+    os.environ["NETKIT_LAB_STATE_DIR"] = OWN_STATE
+
 import results  # noqa: E402  (bench/results.py: --json)
 
 from netkit import procfs  # noqa: E402
@@ -287,4 +293,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        if OWN_STATE:
+            shutil.rmtree(OWN_STATE, ignore_errors=True)
